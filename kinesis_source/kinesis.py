@@ -1,0 +1,275 @@
+"""Narrow clients over the Kinesis API: shard listing, iterators, pages of records.
+
+Shard iterators never leave this module: callers speak in positions and ranges. The driver uses
+the async :class:`AsyncKinesis` (probes of all shards run concurrently); executors replay one
+exact range with :class:`RangeReader` over a synchronous boto3 client.
+
+Throttling, 5xx and network errors are retried by botocore's standard retry mode (see
+``aws.py``); tenacity handles only what botocore cannot: an expired iterator is re-derived from
+the last sequence number read.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterator
+
+from botocore.exceptions import ClientError
+from tenacity import (
+    AsyncRetrying,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+)
+
+from .positions import Position, ShardRange, seq_key
+
+log = logging.getLogger(__name__)
+
+EXPIRED_ITERATOR = "ExpiredIteratorException"
+NOT_FOUND = "ResourceNotFoundException"
+# An expired iterator is re-derived at once; more than a few in a row means something else.
+_EXPIRY_ATTEMPTS = 5
+
+
+class KinesisSourceError(RuntimeError):
+    """An error the user can act on; the message names the stream and shard."""
+
+
+class RangeIncompleteError(KinesisSourceError):
+    """A planned range could not be read to its end."""
+
+
+def error_code(exc: BaseException) -> str | None:
+    """The AWS error code of a botocore ``ClientError``, else None."""
+    if isinstance(exc, ClientError):
+        return exc.response.get("Error", {}).get("Code")
+    return None
+
+
+def _is_expired(exc: BaseException) -> bool:
+    return error_code(exc) == EXPIRED_ITERATOR
+
+
+def _expiry_retry() -> dict[str, Any]:
+    return {
+        "retry": retry_if_exception(_is_expired),
+        "stop": stop_after_attempt(_EXPIRY_ATTEMPTS),
+        "reraise": True,
+    }
+
+
+def arrival_seconds(record: dict) -> float:
+    """A record's ApproximateArrivalTimestamp as epoch seconds."""
+    ts = record["ApproximateArrivalTimestamp"]
+    return ts.timestamp() if isinstance(ts, datetime) else float(ts)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard as listed by ``ListShards``."""
+
+    shard_id: str
+    parent: str | None = None
+    adjacent_parent: str | None = None
+    starting_seq: str | None = None
+    ending_seq: str | None = None  # set once the shard is closed
+
+    @property
+    def is_closed(self) -> bool:
+        """True when the shard takes no more writes."""
+        return self.ending_seq is not None
+
+    @staticmethod
+    def from_api(raw: dict) -> "ShardInfo":
+        """Build from one element of ``ListShards``' ``Shards``."""
+        seqs = raw.get("SequenceNumberRange", {})
+        return ShardInfo(
+            shard_id=raw["ShardId"],
+            parent=raw.get("ParentShardId"),
+            adjacent_parent=raw.get("AdjacentParentShardId"),
+            starting_seq=seqs.get("StartingSequenceNumber"),
+            ending_seq=seqs.get("EndingSequenceNumber"),
+        )
+
+
+@dataclass
+class Page:
+    """One ``GetRecords`` response."""
+
+    records: list[dict]
+    next_iterator: str | None
+    behind_ms: int
+
+    @property
+    def at_tip(self) -> bool:
+        """True when nothing was newer than this page when it was served (or the shard ended)."""
+        return self.next_iterator is None or self.behind_ms == 0
+
+    @staticmethod
+    def from_api(resp: dict) -> "Page":
+        """Build from a ``GetRecords`` response."""
+        return Page(
+            records=resp.get("Records", []),
+            next_iterator=resp.get("NextShardIterator"),
+            behind_ms=int(resp.get("MillisBehindLatest") or 0),
+        )
+
+
+def _stream_not_found(stream: str, exc: BaseException) -> KinesisSourceError:
+    return KinesisSourceError(
+        f"Kinesis stream '{stream}' was not found ({exc}); check option 'streamName' and "
+        "option 'region'/'endpointUrl'"
+    )
+
+
+class RangeReader:
+    """Replays one exact :class:`ShardRange` with a synchronous client, page by page."""
+
+    def __init__(self, client: Any, rng: ShardRange, limit: int) -> None:
+        self._client = client
+        self._range = rng
+        self._limit = limit
+        self._iterator: str | None = None
+        self._last_seq: str | None = None
+        self.calls = 0
+
+    def _resume_position(self) -> Position:
+        if self._last_seq is None:
+            return self._range.start
+        return Position.after(self._last_seq)
+
+    def _fetch(self) -> Page:
+        for attempt in Retrying(**_expiry_retry()):
+            with attempt:
+                if self._iterator is None:
+                    self._iterator = self._new_iterator()
+                try:
+                    self.calls += 1
+                    resp = self._client.get_records(
+                        ShardIterator=self._iterator, Limit=self._limit
+                    )
+                except ClientError as exc:
+                    if _is_expired(exc):
+                        log.info("iterator expired in %s; re-deriving", self._range)
+                        self._iterator = None
+                    raise
+        return Page.from_api(resp)
+
+    def _new_iterator(self) -> str:
+        rng = self._range
+        self.calls += 1
+        try:
+            resp = self._client.get_shard_iterator(
+                StreamName=rng.stream,
+                ShardId=rng.shard_id,
+                **self._resume_position().iterator_args(),
+            )
+        except ClientError as exc:
+            if error_code(exc) == NOT_FOUND:
+                raise _stream_not_found(rng.stream, exc) from exc
+            raise
+        return resp["ShardIterator"]
+
+    def pages(self) -> Iterator[list[dict]]:
+        """Yield the range's records in order, a page at a time, and nothing past its end."""
+        rng = self._range
+        end = seq_key(rng.end_seq)
+        while True:
+            page = self._fetch()
+            self._iterator = page.next_iterator
+            out = []
+            done = False
+            for rec in page.records:
+                if seq_key(rec["SequenceNumber"]) > end:
+                    done = True
+                    break
+                out.append(rec)
+            if out:
+                self._last_seq = out[-1]["SequenceNumber"]
+                if seq_key(self._last_seq) == end:
+                    done = True
+                yield out
+            if done:
+                return
+            if page.at_tip and not page.records:
+                reached = self._last_seq or "nothing"
+                why = "the shard ended" if page.next_iterator is None else "the shard's tip"
+                raise RangeIncompleteError(
+                    f"Cannot complete range {rng}: read up to {reached} and reached {why} "
+                    f"before the planned end {rng.end_seq}. The records may have been trimmed "
+                    "by the stream's retention, or the stream was re-created under the same name."
+                )
+
+
+class AsyncKinesis:
+    """The driver's async Kinesis calls, with call and record counters for the probe cost."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.calls = 0
+        self.records_fetched = 0
+
+    async def list_shards(self, stream: str) -> list[ShardInfo]:
+        """Every shard of ``stream`` (open and closed), following pagination."""
+        shards: list[ShardInfo] = []
+        kwargs: dict[str, Any] = {"StreamName": stream}
+        while True:
+            self.calls += 1
+            try:
+                resp = await self._client.list_shards(**kwargs)
+            except ClientError as exc:
+                if error_code(exc) == NOT_FOUND:
+                    raise _stream_not_found(stream, exc) from exc
+                raise
+            shards.extend(ShardInfo.from_api(s) for s in resp.get("Shards", []))
+            token = resp.get("NextToken")
+            if not token:
+                return shards
+            kwargs = {"NextToken": token}
+
+    async def iterator(self, stream: str, shard_id: str, position: Position) -> str:
+        """A shard iterator at ``position``."""
+        self.calls += 1
+        try:
+            resp = await self._client.get_shard_iterator(
+                StreamName=stream, ShardId=shard_id, **position.iterator_args()
+            )
+        except ClientError as exc:
+            if error_code(exc) == NOT_FOUND:
+                raise _stream_not_found(stream, exc) from exc
+            raise
+        return resp["ShardIterator"]
+
+    async def page(self, iterator: str, limit: int) -> Page:
+        """One ``GetRecords`` call."""
+        self.calls += 1
+        resp = await self._client.get_records(ShardIterator=iterator, Limit=limit)
+        page = Page.from_api(resp)
+        self.records_fetched += len(page.records)
+        return page
+
+    async def page_at(
+        self, stream: str, shard_id: str, position: Position, limit: int, iterator: str | None
+    ) -> Page:
+        """One page starting at ``position``; ``iterator`` (if given) is a cached iterator at
+        that position, replaced by a fresh one if it expired."""
+        current = {"it": iterator}
+        async for attempt in AsyncRetrying(**_expiry_retry()):
+            with attempt:
+                if current["it"] is None:
+                    current["it"] = await self.iterator(stream, shard_id, position)
+                try:
+                    return await self.page(current["it"], limit)
+                except ClientError as exc:
+                    if _is_expired(exc):
+                        current["it"] = None
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def close(self) -> None:
+        """Close the underlying client."""
+        await self._client.__aexit__(None, None, None)
+

@@ -1,0 +1,362 @@
+"""Every option of the source, declared once.
+
+Each option is one field of :class:`SourceOptions` whose metadata holds the option key, its type
+as shown to users, its default, its description and the parser that validates it. The docs table
+(``docs/options.md``) is generated from these declarations (:func:`options_markdown`), and a test
+keeps the file in step.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any, Callable, Mapping
+from urllib.parse import urlparse
+
+from .positions import (
+    Position,
+    PositionError,
+    check_seq,
+    parse_timestamp,
+)
+
+
+class OptionError(ValueError):
+    """A bad option value: the message names the option, the value and the rule."""
+
+
+_STREAM_NAME_RE = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+
+
+def _option(
+    key: str,
+    type_name: str,
+    default: Any,
+    doc: str,
+    parse: Callable[[str], Any],
+    *,
+    required: bool = False,
+    secret: bool = False,
+) -> Any:
+    meta = {
+        "key": key,
+        "type": type_name,
+        "doc": doc,
+        "parse": parse,
+        "required": required,
+        "secret": secret,
+    }
+    return field(default=default, metadata=meta, repr=not secret)
+
+
+def _int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    rule = f"an integer from {lo} to {hi}" if hi is not None else f"an integer >= {lo}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(f"must be {rule}") from None
+        if value < lo or (hi is not None and value > hi):
+            raise ValueError(f"must be {rule}")
+        return value
+
+    return parse
+
+
+def _non_empty(text: str) -> str:
+    if not text.strip():
+        raise ValueError("must not be empty")
+    return text.strip()
+
+
+def _stream_names(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(","))
+    for name in names:
+        if not _STREAM_NAME_RE.match(name):
+            raise ValueError(
+                "must be a comma-separated list of Kinesis stream names "
+                "(1-128 characters of a-z, A-Z, 0-9, '_', '.', '-')"
+            )
+    if len(set(names)) != len(names):
+        raise ValueError("names a stream twice")
+    return names
+
+
+def _url(text: str) -> str:
+    parsed = urlparse(text.strip())
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:4566")
+    return text.strip()
+
+
+@dataclass(frozen=True)
+class InitialPosition:
+    """Where a query with no checkpoint starts, per shard.
+
+    ``kind`` is TRIM_HORIZON, LATEST, AT_TIMESTAMP or SHARDS. For SHARDS, ``shards`` maps a
+    shard id (or ``<stream>/<shardId>``) to a position string or ``LATEST``; shards it does not
+    name start at TRIM_HORIZON.
+    """
+
+    kind: str
+    timestamp: datetime | None = None
+    shards: tuple[tuple[str, str], ...] = ()
+
+    def __str__(self) -> str:
+        if self.kind == "AT_TIMESTAMP":
+            return f"AT_TIMESTAMP:{self.timestamp.isoformat()}"  # type: ignore[union-attr]
+        if self.kind == "SHARDS":
+            return json.dumps(dict(self.shards), sort_keys=True)
+        return self.kind
+
+
+_INITIAL_RULE = (
+    "must be TRIM_HORIZON, LATEST, AT_TIMESTAMP:<ISO-8601 timestamp> or a JSON object "
+    '{"<shardId>": "<sequenceNumber>"}'
+)
+
+
+def _initial_position(text: str) -> InitialPosition:
+    raw = text.strip()
+    upper = raw.upper()
+    if upper in ("TRIM_HORIZON", "LATEST"):
+        return InitialPosition(upper)
+    if upper.startswith("AT_TIMESTAMP:"):
+        try:
+            return InitialPosition("AT_TIMESTAMP", timestamp=parse_timestamp(raw[13:]))
+        except ValueError:
+            raise ValueError(
+                f"has a timestamp that is not ISO-8601 (e.g. AT_TIMESTAMP:2026-01-31T12:00:00Z); "
+                f"it {_INITIAL_RULE}"
+            ) from None
+    if raw.startswith("{"):
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"is not valid JSON ({exc.msg}); it {_INITIAL_RULE}") from None
+        if not isinstance(data, dict) or not data:
+            raise ValueError(f"must be a non-empty JSON object; it {_INITIAL_RULE}")
+        shards = []
+        for key, value in sorted(data.items()):
+            shards.append((key, _shard_start(key, value)))
+        return InitialPosition("SHARDS", shards=tuple(shards))
+    raise ValueError(_INITIAL_RULE)
+
+
+def _shard_start(key: str, value: Any) -> str:
+    """Validate one entry of the per-shard JSON; a bare sequence number means AFTER it."""
+    if not isinstance(value, str):
+        raise ValueError(f"gives shard {key!r} the value {value!r}: use a string")
+    if value.upper() == "LATEST":
+        return "LATEST"
+    try:
+        check_seq(value)
+        return Position.after(value).to_str()
+    except PositionError:
+        pass
+    try:
+        Position.parse(value)
+    except PositionError:
+        raise ValueError(
+            f"gives shard {key!r} the value {value!r}: use a sequence number (reading starts "
+            "after it), TRIM_HORIZON, LATEST, AT_TIMESTAMP:<iso>, AT:<seq> or AFTER:<seq>"
+        ) from None
+    return value
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The parsed options of one query. Secrets are left out of ``repr``."""
+
+    stream_names: tuple[str, ...] = _option(
+        "streamName",
+        "string",
+        None,
+        "Kinesis stream to read. Required.",
+        _stream_names,
+        required=True,
+    )
+    region: str | None = _option(
+        "region",
+        "string",
+        None,
+        "AWS region of the stream, e.g. `eu-west-1`. Default: the boto3 chain "
+        "(`AWS_REGION`, `AWS_DEFAULT_REGION`, the profile).",
+        _non_empty,
+    )
+    endpoint_url: str | None = _option(
+        "endpointUrl",
+        "string",
+        None,
+        "Kinesis endpoint URL, for VPC endpoints and local servers. Default: the region's.",
+        _url,
+    )
+    initial_position: InitialPosition = _option(
+        "initialPosition",
+        "string",
+        InitialPosition("TRIM_HORIZON"),
+        "Where a query with no checkpoint starts: `TRIM_HORIZON`, `LATEST`, "
+        '`AT_TIMESTAMP:<ISO-8601>` or JSON `{"<shardId>": "<sequenceNumber>"}` (reading starts '
+        "after each named sequence number; values may also be `TRIM_HORIZON`, `LATEST`, "
+        "`AT_TIMESTAMP:<iso>`; shards not named start at `TRIM_HORIZON`). LATEST and "
+        "AT_TIMESTAMP are resolved once per query.",
+        _initial_position,
+    )
+    max_records_per_fetch: int = _option(
+        "maxRecordsPerFetch",
+        "int",
+        10000,
+        "`Limit` of each `GetRecords` call (1..10000).",
+        _int_in(1, 10000),
+    )
+    min_probe_interval_ms: int = _option(
+        "minProbeIntervalMs",
+        "int",
+        1000,
+        "Least time between two tail probes of the stream when Spark polls for new data; "
+        "an idle query makes at most one probe per interval.",
+        _int_in(0),
+    )
+    shard_discovery_interval_ms: int = _option(
+        "shardDiscoveryIntervalMs",
+        "int",
+        30000,
+        "Least time between two `ListShards` scans for new shards.",
+        _int_in(0),
+    )
+    max_retries: int = _option(
+        "maxRetries",
+        "int",
+        10,
+        "Attempts botocore's standard retry mode makes for throttling, 5xx and network errors "
+        "on each AWS call before the error reaches the query.",
+        _int_in(1, 100),
+    )
+    aws_access_key_id: str | None = _option(
+        "awsAccessKeyId",
+        "string",
+        None,
+        "Static access key id (with `awsSecretKey`). Default: the boto3 credential chain.",
+        _non_empty,
+    )
+    aws_secret_key: str | None = _option(
+        "awsSecretKey",
+        "secret",
+        None,
+        "Static secret key (with `awsAccessKeyId`). Never logged.",
+        _non_empty,
+        secret=True,
+    )
+    aws_session_token: str | None = _option(
+        "awsSessionToken",
+        "secret",
+        None,
+        "Session token for temporary static credentials. Never logged.",
+        _non_empty,
+        secret=True,
+    )
+    profile: str | None = _option(
+        "profile",
+        "string",
+        None,
+        "Named profile from the AWS config files, instead of static keys.",
+        _non_empty,
+    )
+
+    def __post_init__(self) -> None:
+        if bool(self.aws_access_key_id) != bool(self.aws_secret_key):
+            raise OptionError(
+                "Options 'awsAccessKeyId' and 'awsSecretKey' must be given together "
+                "(or neither, to use the boto3 credential chain)"
+            )
+        if self.aws_session_token and not self.aws_access_key_id:
+            raise OptionError(
+                "Option 'awsSessionToken' needs 'awsAccessKeyId' and 'awsSecretKey' as well"
+            )
+        if self.profile and self.aws_access_key_id:
+            raise OptionError(
+                "Options 'profile' and 'awsAccessKeyId' exclude each other: give one way of "
+                "finding credentials"
+            )
+
+    @staticmethod
+    def parse(raw: Mapping[str, str]) -> "SourceOptions":
+        """Validate Spark's option map (keys case-insensitive) into a frozen object."""
+        specs = {f.metadata["key"].lower(): f for f in fields(SourceOptions)}
+        values: dict[str, Any] = {}
+        for key, text in raw.items():
+            spec = specs.get(key.lower())
+            if spec is None:
+                close = difflib.get_close_matches(
+                    key.lower(), list(specs), n=1, cutoff=0.75
+                )
+                hint = f"; did you mean '{specs[close[0]].metadata['key']}'?" if close else ""
+                raise OptionError(
+                    f"Unknown option '{key}' for format kinesis-ddb{hint} "
+                    f"(see docs/options.md for the list)"
+                )
+            values[spec.name] = _parse_one(spec, text)
+        for f in fields(SourceOptions):
+            if f.metadata["required"] and f.name not in values:
+                raise OptionError(
+                    f"Option '{f.metadata['key']}' is required: {f.metadata['doc']}"
+                )
+        return SourceOptions(**values)
+
+
+def _parse_one(spec: Any, text: Any) -> Any:
+    key = spec.metadata["key"]
+    shown = "<redacted>" if spec.metadata["secret"] else repr(text)
+    if not isinstance(text, str):
+        raise OptionError(f"Option '{key}' = {shown} is invalid: must be a string")
+    try:
+        return spec.metadata["parse"](text)
+    except ValueError as exc:
+        raise OptionError(f"Option '{key}' = {shown} is invalid: {exc}") from None
+
+
+def option_specs() -> list[dict[str, Any]]:
+    """The declarations, in order, as plain dicts (key, type, default, doc, required)."""
+    out = []
+    for f in fields(SourceOptions):
+        default = f.default
+        out.append(
+            {
+                "key": f.metadata["key"],
+                "type": f.metadata["type"],
+                "default": None if default is None else str(default),
+                "doc": f.metadata["doc"],
+                "required": f.metadata["required"],
+            }
+        )
+    return out
+
+
+def options_markdown() -> str:
+    """The options table for ``docs/options.md``, generated from the declarations."""
+    lines = [
+        "# Options",
+        "",
+        "<!-- Generated from kinesis_source/options.py by `python -m kinesis_source.options`;"
+        " do not edit by hand. -->",
+        "",
+        "Keys are case-insensitive. A bad value fails the query with an error that names the "
+        "option, the value and the rule; secrets are never shown.",
+        "",
+        "| option | type | default | description |",
+        "|---|---|---|---|",
+    ]
+    for spec in option_specs():
+        default = "(required)" if spec["required"] else (
+            "(none)" if spec["default"] is None else f"`{spec['default']}`"
+        )
+        lines.append(f"| `{spec['key']}` | {spec['type']} | {default} | {spec['doc']} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(options_markdown(), end="")

@@ -1,0 +1,346 @@
+"""Driver-side planning: where each batch ends, found by a tail probe near each shard's tip.
+
+Kinesis has no "latest offset" call. For each shard the probe
+
+1. reads one record after the start position (``GetRecords(Limit=1)``), reusing the iterator
+   the previous probe left there when it can: an idle shard costs one call;
+2. if there is a new record, estimates the arrival time of the newest record from that record's
+   arrival time plus ``MillisBehindLatest`` (both server clocks, so driver clock skew does not
+   matter), opens an ``AT_TIMESTAMP`` iterator a small window before it and reads to the tip,
+   widening the window x8 while it comes back empty, never reaching back before the start.
+
+The last record read at the tip is the batch's exact, inclusive end. Any record after the start
+is a valid end: a tip that is a little stale only moves data to the next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Awaitable, TypeVar
+
+from .aws import AwsSettings
+from .kinesis import AsyncKinesis, Page, ShardInfo, arrival_seconds
+from .options import InitialPosition, OptionError, SourceOptions
+from .positions import (
+    AFTER,
+    Offset,
+    Position,
+    ShardRange,
+    seq_key,
+    shard_key,
+    split_shard_key,
+)
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+# First probe window before the estimated tip: the estimate is precise to ~1 ms, so a few ms
+# hold the newest records (one producer burst) and little else.
+INITIAL_WINDOW_S = 0.005
+WINDOW_GROWTH = 8
+# Empty pages followed (while behind) before the check gives up until the next probe: real
+# Kinesis can serve empty pages over gaps in a shard.
+MAX_EMPTY_HOPS = 4
+# Pages read from the window to the tip; past this the last record read is the end (still exact).
+MAX_TIP_PAGES = 10
+# Iterators live 5 minutes; a cached one older than this is not reused.
+ITERATOR_TTL_S = 240.0
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What a probe found after a start position."""
+
+    tip: str | None = None  # newest record seen after the start, None if there is none
+    ended: bool = False  # the shard is closed and the start is at its end
+
+
+class TailProber:
+    """Finds the tip of shards with O(1) small reads each; keeps continuation iterators."""
+
+    def __init__(self, kinesis: AsyncKinesis, page_limit: int) -> None:
+        self._kinesis = kinesis
+        self._page_limit = page_limit
+        # (stream, shard) -> (position string, iterator at that position, monotonic time)
+        self._continuations: dict[tuple[str, str], tuple[str, str, float]] = {}
+
+    def _take(self, stream: str, shard: str, start: Position) -> str | None:
+        cached = self._continuations.pop((stream, shard), None)
+        if cached is None:
+            return None
+        pos, iterator, made = cached
+        if pos != start.to_str() or time.monotonic() - made > ITERATOR_TTL_S:
+            return None
+        return iterator
+
+    def _keep(self, stream: str, shard: str, pos: Position, iterator: str | None) -> None:
+        if iterator is not None:
+            self._continuations[(stream, shard)] = (pos.to_str(), iterator, time.monotonic())
+
+    async def probe(self, stream: str, shard: str, start: Position) -> ProbeResult:
+        """The newest record after ``start`` in one shard (or that there is none)."""
+        k = self._kinesis
+        cached = self._take(stream, shard, start)
+        page = await k.page_at(stream, shard, start, 1, cached)
+        hops = 0
+        while not page.records and not page.at_tip and hops < MAX_EMPTY_HOPS:
+            page = await k.page(page.next_iterator, 1)  # type: ignore[arg-type]
+            hops += 1
+        if not page.records:
+            if page.next_iterator is None:
+                return ProbeResult(ended=True)
+            if page.at_tip:
+                self._keep(stream, shard, start, page.next_iterator)
+            return ProbeResult()
+        first = page.records[0]
+        if page.at_tip:
+            self._keep(stream, shard, Position.after(first["SequenceNumber"]), page.next_iterator)
+            return ProbeResult(tip=first["SequenceNumber"])
+
+        first_arrival = arrival_seconds(first)
+        tip_arrival = first_arrival + page.behind_ms / 1000.0
+        window = INITIAL_WINDOW_S
+        while True:
+            since = tip_arrival - window
+            if since <= first_arrival:
+                tip, cont = await self._read_to_tip(page.next_iterator)  # type: ignore[arg-type]
+            else:
+                iterator = await k.iterator(
+                    stream, shard, Position.at_timestamp(_utc(since))
+                )
+                tip, cont = await self._read_to_tip(iterator)
+            if tip is not None or since <= first_arrival:
+                break
+            window *= WINDOW_GROWTH
+        end = first["SequenceNumber"]
+        if tip is not None and seq_key(tip) > seq_key(end):
+            end = tip
+        if end == tip:
+            self._keep(stream, shard, Position.after(end), cont)
+        return ProbeResult(tip=end)
+
+    async def _read_to_tip(self, iterator: str) -> tuple[str | None, str | None]:
+        """Read pages until the tip; return the last sequence number and the iterator after it."""
+        last = None
+        page: Page | None = None
+        for _ in range(MAX_TIP_PAGES):
+            page = await self._kinesis.page(iterator, self._page_limit)
+            if page.records:
+                last = page.records[-1]["SequenceNumber"]
+            if page.at_tip or page.next_iterator is None:
+                break
+            iterator = page.next_iterator
+        return last, (page.next_iterator if page else None)
+
+    async def probe_all(
+        self, starts: dict[tuple[str, str], Position], concurrency: int = 64
+    ) -> dict[tuple[str, str], ProbeResult]:
+        """Probe many shards concurrently."""
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(key: tuple[str, str], start: Position) -> ProbeResult:
+            async with gate:
+                return await self.probe(key[0], key[1], start)
+
+        keys = list(starts)
+        results = await asyncio.gather(*(one(key, starts[key]) for key in keys))
+        return dict(zip(keys, results))
+
+
+def _utc(epoch_seconds: float):
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(epoch_seconds, tz=timezone.utc)
+
+
+class Planner:
+    """Plans offsets and ranges for one query run; lives in Spark's driver-side Python helper.
+
+    Holds an event loop and an aiobotocore client made on first use (the reader that owns the
+    planner must stay picklable until then), the shard listing, and the last probe's answer.
+    """
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self._opts = opts
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._kinesis: AsyncKinesis | None = None
+        self._prober: TailProber | None = None
+        self._shards: dict[str, list[ShardInfo]] = {}
+        self._listed_at = float("-inf")
+        self._last_probe: tuple[str, Offset, float] | None = None
+        self._initial: Offset | None = None
+        self.probes = 0
+
+    # -- runtime -------------------------------------------------------------------------
+
+    def _run(self, coro: Awaitable[T]) -> T:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)
+
+    async def _client(self) -> AsyncKinesis:
+        if self._kinesis is None:
+            settings = AwsSettings.for_kinesis(self._opts)
+            self._kinesis = AsyncKinesis(await settings.aio_client("kinesis"))
+            self._prober = TailProber(self._kinesis, self._opts.max_records_per_fetch)
+        return self._kinesis
+
+    def close(self) -> None:
+        """Close the client and the event loop."""
+        if self._loop is None:
+            return
+        if self._kinesis is not None:
+            self._loop.run_until_complete(self._kinesis.close())
+            self._kinesis = None
+        self._loop.close()
+        self._loop = None
+
+    # -- shards --------------------------------------------------------------------------
+
+    async def _listing(self, force: bool = False) -> dict[str, list[ShardInfo]]:
+        due = time.monotonic() - self._listed_at >= self._opts.shard_discovery_interval_ms / 1000
+        if force or due or not self._shards:
+            k = await self._client()
+            lists = await asyncio.gather(*(k.list_shards(s) for s in self._opts.stream_names))
+            self._shards = dict(zip(self._opts.stream_names, lists))
+            self._listed_at = time.monotonic()
+        return self._shards
+
+    # -- offsets -------------------------------------------------------------------------
+
+    def initial_offset(self) -> Offset:
+        """Where the query starts; resolved once per run so repeated calls agree."""
+        if self._initial is None:
+            self._initial = self._run(self._resolve_initial())
+        return self._initial
+
+    async def _resolve_initial(self) -> Offset:
+        listing = await self._listing(force=True)
+        spec = self._opts.initial_position
+        wanted: dict[tuple[str, str], str] = {}
+        for stream, shards in listing.items():
+            for shard in shards:
+                wanted[(stream, shard.shard_id)] = _initial_for(spec, stream, shard.shard_id)
+        if spec.kind == "SHARDS":
+            _check_named_shards(spec, listing)
+        latest = {key: Position.trim_horizon() for key, v in wanted.items() if v == "LATEST"}
+        probed = await self._prober_ready().probe_all(latest) if latest else {}
+        positions = {}
+        for (stream, shard_id), text in wanted.items():
+            if text == "LATEST":
+                tip = probed[(stream, shard_id)].tip
+                pos = Position.after(tip) if tip else Position.trim_horizon()
+            else:
+                pos = Position.parse(text)
+            positions[shard_key(stream, shard_id)] = pos
+        log.info("initial positions resolved for %d shards", len(positions))
+        return Offset(positions)
+
+    def _prober_ready(self) -> TailProber:
+        assert self._prober is not None, "client not created"
+        return self._prober
+
+    def latest_offset(self, start: Offset) -> Offset:
+        """The exact end of the next batch: every shard's tip after ``start``.
+
+        Returns ``start`` itself when nothing new arrived, so idle streams run no batches.
+        At most one probe per ``minProbeIntervalMs`` for the same start.
+        """
+        start_json = start.to_json()
+        now = time.monotonic()
+        if self._last_probe is not None:
+            last_start, last_end, at = self._last_probe
+            interval = self._opts.min_probe_interval_ms / 1000
+            if last_start == start_json and now - at < interval:
+                return last_end
+        end = self._run(self._probe(start))
+        self._last_probe = (start_json, end, time.monotonic())
+        return end
+
+    def last_end(self) -> Offset:
+        """The end returned by the last probe, or the initial offset before any."""
+        if self._last_probe is not None:
+            return self._last_probe[1]
+        return self.initial_offset()
+
+    async def _probe(self, start: Offset) -> Offset:
+        listing = await self._listing()
+        starts: dict[tuple[str, str], Position] = {}
+        for stream, shards in listing.items():
+            for shard in shards:
+                pos = start.shards.get(shard_key(stream, shard.shard_id), Position.trim_horizon())
+                if not pos.is_shard_end:
+                    starts[(stream, shard.shard_id)] = pos
+        results = await self._prober_ready().probe_all(starts)
+        self.probes += 1
+        positions = dict(start.shards)
+        for (stream, shard_id), result in results.items():
+            key = shard_key(stream, shard_id)
+            if result.tip is not None:
+                positions[key] = Position.after(result.tip)
+            elif result.ended:
+                positions[key] = Position.shard_end()
+        return Offset(positions)
+
+    def stats(self) -> dict[str, int]:
+        """Driver-side probe cost so far: calls made and records fetched."""
+        k = self._kinesis
+        return {
+            "probes": self.probes,
+            "driverCalls": k.calls if k else 0,
+            "driverRecordsFetched": k.records_fetched if k else 0,
+        }
+
+
+def plan_ranges(start: Offset, end: Offset) -> list[ShardRange]:
+    """One exact range per shard whose position moved to after a record.
+
+    A shard absent from ``start`` starts at TRIM_HORIZON (a shard found after the query
+    started holds only new data), so a range is always derived from the two offsets alone and a
+    replayed batch reads the same records.
+    """
+    ranges = []
+    for key in sorted(end.shards):
+        to = end.shards[key]
+        frm = start.shards.get(key, Position.trim_horizon())
+        if to.kind != AFTER or to == frm:
+            continue
+        stream, shard_id = split_shard_key(key)
+        assert to.seq is not None
+        ranges.append(ShardRange(stream, shard_id, frm, to.seq))
+    return ranges
+
+
+def _initial_for(spec: InitialPosition, stream: str, shard_id: str) -> str:
+    if spec.kind == "TRIM_HORIZON":
+        return Position.trim_horizon().to_str()
+    if spec.kind == "LATEST":
+        return "LATEST"
+    if spec.kind == "AT_TIMESTAMP":
+        assert spec.timestamp is not None
+        return Position.at_timestamp(spec.timestamp).to_str()
+    named = dict(spec.shards)
+    return named.get(shard_key(stream, shard_id), named.get(shard_id, "TRIM_HORIZON"))
+
+
+def _check_named_shards(spec: InitialPosition, listing: dict[str, list[ShardInfo]]) -> None:
+    known = {s.shard_id for shards in listing.values() for s in shards}
+    known |= {shard_key(st, s.shard_id) for st, shards in listing.items() for s in shards}
+    for key, _ in spec.shards:
+        if key not in known:
+            streams = ", ".join(listing)
+            raise OptionError(
+                f"Option 'initialPosition' names shard '{key}', which stream(s) {streams} do "
+                f"not have; known shards: {', '.join(sorted(s for s in known if '/' not in s))}"
+            )
+    if len(listing) > 1:
+        bare = [key for key, _ in spec.shards if "/" not in key]
+        if bare:
+            raise OptionError(
+                f"Option 'initialPosition' names shard '{bare[0]}' without its stream; with "
+                "several streams write '<stream>/<shardId>'"
+            )

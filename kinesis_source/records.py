@@ -1,0 +1,58 @@
+"""The output schema and the conversion of Kinesis records to Arrow batches."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Sequence
+
+import pyarrow as pa
+
+SCHEMA_DDL = (
+    "data binary, streamName string, shardId string, partitionKey string, "
+    "sequenceNumber string, subSequenceNumber long, approximateArrivalTimestamp timestamp"
+)
+
+# Spark checks the first batch against the schema exactly: same order, microseconds in UTC.
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("data", pa.binary()),
+        pa.field("streamName", pa.string()),
+        pa.field("shardId", pa.string()),
+        pa.field("partitionKey", pa.string()),
+        pa.field("sequenceNumber", pa.string()),
+        pa.field("subSequenceNumber", pa.int64()),
+        pa.field("approximateArrivalTimestamp", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def _micros(ts: Any) -> int | None:
+    if ts is None:
+        return None
+    if isinstance(ts, datetime):
+        return round(ts.timestamp() * 1_000_000)
+    return round(float(ts) * 1_000_000)
+
+
+def to_record_batch(stream: str, shard_id: str, records: Sequence[dict]) -> pa.RecordBatch:
+    """One Arrow batch from ``GetRecords`` records (already cut to the range), in order.
+
+    Records are plain Kinesis records (``subSequenceNumber`` 0) unless a de-aggregator set
+    ``SubSequenceNumber``.
+    """
+    n = len(records)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([r["Data"] for r in records], pa.binary()),
+            pa.array([stream] * n, pa.string()),
+            pa.array([shard_id] * n, pa.string()),
+            pa.array([r["PartitionKey"] for r in records], pa.string()),
+            pa.array([r["SequenceNumber"] for r in records], pa.string()),
+            pa.array([r.get("SubSequenceNumber", 0) for r in records], pa.int64()),
+            pa.array(
+                [_micros(r.get("ApproximateArrivalTimestamp")) for r in records],
+                pa.int64(),
+            ).cast(pa.timestamp("us", tz="UTC")),
+        ],
+        schema=ARROW_SCHEMA,
+    )

@@ -1,0 +1,130 @@
+"""The Spark glue: ``DataSource`` and ``DataSourceStreamReader`` for ``format("kinesis-ddb")``.
+
+Process model (see docs/architecture.md): the planning methods run in one long-lived Python
+helper per query run and share the :class:`~kinesis_source.planner.Planner` on ``self``;
+``read`` runs in executor Python workers on an unpickled copy of another reader instance, so a
+partition carries everything it needs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from .aws import AwsSettings, shared_client
+from .kinesis import RangeReader
+from .options import SourceOptions
+from .planner import Planner, plan_ranges
+from .positions import Offset, ShardRange
+from .records import SCHEMA_DDL, to_record_batch
+
+log = logging.getLogger(__name__)
+
+FORMAT_NAME = "kinesis-ddb"
+
+
+class RangePartition(InputPartition):
+    """One exact shard range plus what an executor needs to read it."""
+
+    def __init__(self, rng: ShardRange, settings: AwsSettings, page_limit: int) -> None:
+        super().__init__(str(rng))
+        self.range = rng
+        self.settings = settings
+        self.page_limit = page_limit
+
+    def __repr__(self) -> str:
+        # The default repr lists every attribute; the settings hold secrets.
+        return f"RangePartition({self.range})"
+
+
+class KinesisDataSource(DataSource):
+    """``spark.readStream.format("kinesis-ddb")``: a Kinesis stream read in exact ranges."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return FORMAT_NAME
+
+    def schema(self) -> str:
+        """Fixed output schema (see records.py). Spark asks for it in ``load()``, so the
+        options are validated here too: a bad option fails ``load()``, not the running query."""
+        SourceOptions.parse(dict(self.options))
+        return SCHEMA_DDL
+
+    def streamReader(self, schema: StructType) -> "KinesisStreamReader":
+        """A planning/reading object; options are validated here, so errors come early."""
+        return KinesisStreamReader(SourceOptions.parse(dict(self.options)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class KinesisStreamReader(DataSourceStreamReader):
+    """Plans exact ranges on the driver, replays them on executors."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self._opts = opts
+        # Made on first driver call: the reader is pickled right after __init__.
+        self._planner: Planner | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_planner"] = None
+        return state
+
+    def __repr__(self) -> str:
+        return f"KinesisStreamReader(streams={list(self._opts.stream_names)})"
+
+    @property
+    def planner(self) -> Planner:
+        """The run's planner, created lazily in the driver-side helper process."""
+        if self._planner is None:
+            self._planner = Planner(self._opts)
+        return self._planner
+
+    def initialOffset(self) -> dict:
+        """Start positions per shard (resolved once per run)."""
+        return self.planner.initial_offset().to_dict()
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        """Exact end of the next batch, or ``start`` when nothing new arrived.
+
+        pyspark < 4.2 calls this without ``start``: the probe then starts from the end this
+        reader returned last (or the initial positions). Spark still plans each batch from its
+        own offset log, so ranges stay exact.
+        """
+        planner = self.planner
+        begin = Offset.from_dict(start) if start is not None else planner.last_end()
+        return planner.latest_offset(begin).to_dict()
+
+    def reportLatestOffset(self) -> dict | None:
+        """Probe cost counters, shown in ``StreamingQueryProgress.sources[].latestOffset``."""
+        if self._planner is None:
+            return None
+        return self._planner.stats()
+
+    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        """One partition per shard range that holds records."""
+        settings = AwsSettings.for_kinesis(self._opts)
+        ranges = plan_ranges(Offset.from_dict(start), Offset.from_dict(end))
+        return [RangePartition(r, settings, self._opts.max_records_per_fetch) for r in ranges]
+
+    def read(self, partition: RangePartition) -> Iterator[Any]:
+        """Replay one range in order as Arrow batches (runs on an executor)."""
+        rng = partition.range
+        client = shared_client(partition.settings, "kinesis")
+        reader = RangeReader(client, rng, partition.page_limit)
+        for records in reader.pages():
+            yield to_record_batch(rng.stream, rng.shard_id, records)
+
+    def commit(self, end: dict) -> None:
+        """Spark finished every batch up to ``end``; nothing is held for it here."""
+        log.debug("commit %s", end)
+
+    def stop(self) -> None:
+        """Release the driver's client and event loop."""
+        if self._planner is not None:
+            self._planner.close()

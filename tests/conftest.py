@@ -1,0 +1,87 @@
+"""Shared fixtures: one moto server and one local[2] SparkSession for the whole run."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+import boto3
+import pytest
+
+from kinesis_source.local import LOCAL_CREDENTIALS, LocalEndpoint
+from tests.support.waiting import wait_for
+
+# Spark's helper and worker processes inherit the environment of this process: they must run
+# this interpreter (it has the package) and stay on loopback.
+os.environ.update(LOCAL_CREDENTIALS)
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@pytest.fixture(scope="session")
+def endpoint():
+    """A moto server on a free 127.0.0.1 port for the whole session."""
+    with LocalEndpoint() as ep:
+        yield ep
+
+
+@pytest.fixture(scope="session")
+def kinesis(endpoint):
+    """A boto3 Kinesis client on the local endpoint."""
+    return boto3.client("kinesis", endpoint_url=endpoint.url, region_name="us-east-1")
+
+
+@pytest.fixture
+def make_stream(kinesis):
+    """Create a uniquely named stream and wait until it is ACTIVE."""
+
+    def make(shards: int = 4) -> str:
+        name = f"t-{uuid.uuid4().hex[:10]}"
+        kinesis.create_stream(StreamName=name, ShardCount=shards)
+        wait_for(
+            lambda: kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"][
+                "StreamStatus"
+            ]
+            == "ACTIVE",
+            timeout=30,
+            what=f"stream {name} ACTIVE",
+        )
+        return name
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A real local[2] SparkSession with kinesis-ddb registered."""
+    from pyspark.sql import SparkSession
+
+    from kinesis_source import register
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("kinesis-ddb-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.noDataProgressEventInterval", "100")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def source_options(endpoint):
+    """Options every test query needs to reach the local endpoint."""
+    return {
+        "endpointUrl": endpoint.url,
+        "region": "us-east-1",
+        "awsAccessKeyId": "local",
+        "awsSecretKey": "local",
+        "minProbeIntervalMs": "100",
+    }

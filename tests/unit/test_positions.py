@@ -1,0 +1,111 @@
+"""Positions, offsets and sequence-number ordering."""
+
+from datetime import datetime, timezone
+
+import pytest
+
+from kinesis_source.positions import (
+    Offset,
+    Position,
+    PositionError,
+    ShardRange,
+    seq_key,
+    seq_max,
+    shard_key,
+    split_shard_key,
+)
+
+# Real Kinesis sequence numbers have 56 digits.
+SEQ_A = "49590338271490256608559692538361571095921575989136588898"
+SEQ_B = "49590338271490256608559692540925702759324208523137515618"
+
+
+def test_sequence_numbers_compare_as_integers_not_strings():
+    assert "10" < "9"  # what a string comparison would conclude
+    assert seq_key("10") > seq_key("9")
+    assert seq_max("9", "10") == "10"
+    assert seq_max("10", "9") == "10"
+
+
+def test_56_digit_sequence_numbers_order():
+    assert seq_key(SEQ_B) > seq_key(SEQ_A)
+    assert seq_max(SEQ_A, SEQ_B) == SEQ_B
+    shorter = "9" * 55
+    assert seq_key(SEQ_A) > seq_key(shorter)  # longer number is larger though it starts with 4
+
+
+def test_range_covers_uses_integer_order():
+    rng = ShardRange("s", "shardId-0", Position.trim_horizon(), "10")
+    assert rng.covers("9")
+    assert rng.covers("10")
+    assert not rng.covers("11")
+    assert not rng.covers("100")
+
+
+@pytest.mark.parametrize(
+    "pos",
+    [
+        Position.trim_horizon(),
+        Position.shard_end(),
+        Position.at(SEQ_A),
+        Position.after(SEQ_A),
+        Position.after(SEQ_A, 3),
+        Position.at_timestamp(datetime(2026, 1, 31, 12, 0, 0, 123456, tzinfo=timezone.utc)),
+    ],
+)
+def test_position_round_trip(pos):
+    assert Position.parse(pos.to_str()) == pos
+    assert Position.parse(pos.to_str()).to_str() == pos.to_str()
+
+
+def test_position_strings_are_readable():
+    assert Position.after("12").to_str() == "AFTER:12"
+    assert Position.after("12", 4).to_str() == "AFTER:12:4"
+    ts = datetime(2026, 1, 31, 12, 0, tzinfo=timezone.utc)
+    assert Position.at_timestamp(ts).to_str() == "AT_TIMESTAMP:2026-01-31T12:00:00.000000Z"
+
+
+@pytest.mark.parametrize("text", ["", "LATEST", "AFTER:", "AFTER:12a", "AT:-1", "AT_TIMESTAMP:x", 7])
+def test_bad_positions_are_rejected_with_the_text(text):
+    with pytest.raises(PositionError) as err:
+        Position.parse(text)
+    assert repr(text) in str(err.value) or str(text) in str(err.value)
+
+
+def test_iterator_args():
+    assert Position.trim_horizon().iterator_args() == {"ShardIteratorType": "TRIM_HORIZON"}
+    assert Position.after("5").iterator_args() == {
+        "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
+        "StartingSequenceNumber": "5",
+    }
+    assert Position.at("5").iterator_args()["ShardIteratorType"] == "AT_SEQUENCE_NUMBER"
+    # Inside an aggregated record: start at the record again and drop the user records read.
+    assert Position.after("5", 2).iterator_args()["ShardIteratorType"] == "AT_SEQUENCE_NUMBER"
+    with pytest.raises(PositionError):
+        Position.shard_end().iterator_args()
+
+
+def test_offset_json_is_canonical_and_round_trips():
+    a = Offset({shard_key("s", "shardId-2"): Position.after(SEQ_B), "s/shardId-1": Position.after("9")})
+    b = Offset({"s/shardId-1": Position.after("9"), shard_key("s", "shardId-2"): Position.after(SEQ_B)})
+    assert a.to_json() == b.to_json()
+    assert list(a.to_dict()["shards"]) == ["s/shardId-1", "s/shardId-2"]
+    assert list(a.to_dict()) == sorted(a.to_dict())
+    assert Offset.from_json(a.to_json()) == a
+    assert Offset.from_dict(a.to_dict()).to_json() == a.to_json()
+
+
+def test_offset_rejects_unknown_version_and_bad_keys():
+    with pytest.raises(PositionError, match="version 99"):
+        Offset.from_dict({"version": 99, "shards": {}})
+    with pytest.raises(PositionError, match="no-slash"):
+        Offset.from_dict({"version": 1, "shards": {"no-slash": "TRIM_HORIZON"}})
+    with pytest.raises(PositionError, match="has no 'shards'"):
+        Offset.from_dict({"version": 1})
+
+
+def test_shard_key_split_keeps_stream_names_with_dots():
+    assert split_shard_key(shard_key("my.stream-1", "shardId-000000000001")) == (
+        "my.stream-1",
+        "shardId-000000000001",
+    )
