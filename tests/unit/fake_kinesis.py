@@ -1,0 +1,119 @@
+"""An in-memory Kinesis shard log for unit tests of the planner and the range reader.
+
+It serves the four calls those modules make (ListShards, GetShardIterator, GetRecords, with
+MillisBehindLatest computed from arrival times like AWS) and records what it served, so tests can
+check which records a probe read. Integration tests use a real server instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from botocore.exceptions import ClientError
+
+
+@dataclass
+class FakeShard:
+    """One shard: records as (seq, arrival epoch seconds), maybe closed."""
+
+    records: list[tuple[str, float]] = field(default_factory=list)
+    closed: bool = False
+
+
+def _error(code: str) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": code}}, "Op")
+
+
+class FakeKinesis:
+    """Synchronous fake; :class:`AsyncFake` wraps it for the driver code."""
+
+    def __init__(self, shards: dict[str, FakeShard], stream: str = "s") -> None:
+        self.stream = stream
+        self.shards = shards
+        self.served: list[str] = []  # sequence numbers returned by GetRecords, in order
+        self.calls: list[str] = []
+        self.expire_next: int = 0  # the next N GetRecords calls raise ExpiredIteratorException
+        # Added to every non-zero MillisBehindLatest, as if it were measured to "now".
+        self.behind_extra_ms: int = 0
+
+    # iterators are "<shard>|<index of next record>"
+    def get_shard_iterator(self, StreamName, ShardId, ShardIteratorType, **kw):
+        self.calls.append("GetShardIterator")
+        if StreamName != self.stream or ShardId not in self.shards:
+            raise _error("ResourceNotFoundException")
+        recs = self.shards[ShardId].records
+        if ShardIteratorType == "TRIM_HORIZON":
+            idx = 0
+        elif ShardIteratorType == "AT_TIMESTAMP":
+            ts = kw["Timestamp"]
+            t = ts.timestamp() if isinstance(ts, datetime) else float(ts)
+            idx = next((i for i, (_, a) in enumerate(recs) if a >= t), len(recs))
+        else:
+            seq = int(kw["StartingSequenceNumber"])
+            idx = next((i for i, (s, _) in enumerate(recs) if int(s) >= seq), len(recs))
+            if ShardIteratorType == "AFTER_SEQUENCE_NUMBER" and idx < len(recs) and int(recs[idx][0]) == seq:
+                idx += 1
+        return {"ShardIterator": f"{ShardId}|{idx}"}
+
+    def get_records(self, ShardIterator, Limit):
+        self.calls.append("GetRecords")
+        if self.expire_next:
+            self.expire_next -= 1
+            raise _error("ExpiredIteratorException")
+        shard_id, idx = ShardIterator.split("|")
+        shard = self.shards[shard_id]
+        idx = int(idx)
+        page = shard.records[idx : idx + Limit]
+        nxt = idx + len(page)
+        behind = 0
+        if page and nxt < len(shard.records):
+            behind = int((shard.records[-1][1] - page[-1][1]) * 1000)
+        elif not page and nxt < len(shard.records):
+            behind = int((shard.records[-1][1] - shard.records[nxt][1]) * 1000)
+        if behind:
+            behind += self.behind_extra_ms
+        self.served.extend(s for s, _ in page)
+        out = {
+            "Records": [
+                {
+                    "Data": f"d{s}".encode(),
+                    "PartitionKey": "k",
+                    "SequenceNumber": s,
+                    "ApproximateArrivalTimestamp": datetime.fromtimestamp(a, tz=timezone.utc),
+                }
+                for s, a in page
+            ],
+            "MillisBehindLatest": behind,
+        }
+        if not (shard.closed and nxt >= len(shard.records)):
+            out["NextShardIterator"] = f"{shard_id}|{nxt}"
+        return out
+
+    def list_shards(self, StreamName, **kw):
+        self.calls.append("ListShards")
+        return {"Shards": [{"ShardId": s, "SequenceNumberRange": {}} for s in self.shards]}
+
+
+class AsyncFake:
+    """The async face of :class:`FakeKinesis`, as aiobotocore's client would be."""
+
+    def __init__(self, fake: FakeKinesis) -> None:
+        self.fake = fake
+
+    async def get_shard_iterator(self, **kw):
+        return self.fake.get_shard_iterator(**kw)
+
+    async def get_records(self, **kw):
+        return self.fake.get_records(**kw)
+
+    async def list_shards(self, **kw):
+        return self.fake.list_shards(**kw)
+
+    async def __aexit__(self, *exc):
+        return None
+
+
+def log_of(n: int, start_time: float = 1_000_000.0, spacing: float = 0.01, base: int = 10**50):
+    """``n`` records with 51-digit sequence numbers, ``spacing`` seconds apart."""
+    return [(str(base + 7 * i), start_time + i * spacing) for i in range(n)]

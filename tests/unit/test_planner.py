@@ -1,0 +1,140 @@
+"""The tail probe and range planning, against an in-memory shard log."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kinesis_source.kinesis import AsyncKinesis
+from kinesis_source.planner import TailProber, plan_ranges
+from kinesis_source.positions import Offset, Position, ShardRange, seq_key
+from tests.unit.fake_kinesis import AsyncFake, FakeKinesis, FakeShard, log_of
+
+
+def prober_for(shards):
+    fake = FakeKinesis(shards)
+    kinesis = AsyncKinesis(AsyncFake(fake))
+    return fake, kinesis, TailProber(kinesis, page_limit=10000)
+
+
+def probe(prober, start, shard="a"):
+    return asyncio.run(prober.probe("s", shard, start))
+
+
+def test_backlog_tip_found_reading_few_records():
+    recs = log_of(10_000)
+    fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
+    result = probe(prober, Position.trim_horizon())
+    assert result.tip == recs[-1][0]
+    # one record after the start, then the last few ms before the tip
+    assert kinesis.records_fetched <= 5, kinesis.records_fetched
+    assert len(fake.calls) <= 4
+
+
+def test_tip_found_when_the_stream_went_quiet_long_ago():
+    recs = log_of(1000, start_time=1_000_000.0)
+    # a burst an hour later; the newest record is what must be found
+    recs += [(str(10**50 + 10**6 + i), 1_003_600.0 + i * 0.0001) for i in range(50)]
+    fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
+    result = probe(prober, Position.after(recs[10][0]))
+    assert result.tip == recs[-1][0]
+    assert kinesis.records_fetched <= 51
+
+
+def test_empty_window_widens_until_it_holds_records():
+    recs = log_of(2000, spacing=1.0)  # one record a second: 5 ms before the tip holds only it
+    fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
+    # MillisBehindLatest overstated by 2 s: the first windows open after the tip and are empty
+    fake.behind_extra_ms = 2000
+    result = probe(prober, Position.after(recs[0][0]))
+    assert result.tip == recs[-1][0]
+    assert fake.calls.count("GetShardIterator") >= 3, "expected the window to widen"
+    assert kinesis.records_fetched <= 5
+
+
+def test_probe_never_reads_before_its_start():
+    recs = [(str(100 + i), 5000.0 + i * 0.0001) for i in range(200)]  # one dense burst
+    fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
+    start = recs[150][0]
+    result = probe(prober, Position.after(start))
+    assert result.tip == recs[-1][0]
+    assert fake.served and min(seq_key(s) for s in fake.served) > seq_key(start)
+
+
+def test_idle_shard_costs_one_call_after_the_first_probe():
+    recs = log_of(10)
+    fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
+    start = Position.after(recs[-1][0])
+    assert probe(prober, start).tip is None
+    calls = len(fake.calls)
+    assert probe(prober, start).tip is None
+    assert len(fake.calls) - calls == 1, fake.calls[calls:]
+
+
+def test_continuation_after_tip_is_reused_by_the_next_probe():
+    recs = log_of(100)
+    shard = FakeShard(recs)
+    fake, kinesis, prober = prober_for({"a": shard})
+    tip = probe(prober, Position.trim_horizon()).tip
+    shard.records += [(str(10**50 + 10**4 + i), recs[-1][1] + 1 + i * 0.01) for i in range(3)]
+    calls = len(fake.calls)
+    result = probe(prober, Position.after(tip))
+    assert result.tip == shard.records[-1][0]
+    assert "GetShardIterator" not in fake.calls[calls : calls + 1]
+
+
+def test_expired_continuation_is_re_derived():
+    recs = log_of(10)
+    fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
+    start = Position.after(recs[-1][0])
+    probe(prober, start)
+    fake.expire_next = 1
+    assert probe(prober, start).tip is None
+    assert fake.calls[-3:] == ["GetRecords", "GetShardIterator", "GetRecords"]
+
+
+def test_closed_shard_read_to_its_end_reports_ended():
+    recs = log_of(5)
+    fake, kinesis, prober = prober_for({"a": FakeShard(recs, closed=True)})
+    assert probe(prober, Position.trim_horizon()).tip == recs[-1][0]
+    assert probe(prober, Position.after(recs[-1][0])).ended
+
+
+def test_empty_shard_has_no_tip():
+    fake, kinesis, prober = prober_for({"a": FakeShard([])})
+    result = probe(prober, Position.trim_horizon())
+    assert result.tip is None and not result.ended
+
+
+def test_probe_all_covers_every_shard():
+    shards = {f"sh{i}": FakeShard(log_of(50 + i, base=10**40 * (i + 1))) for i in range(5)}
+    fake, kinesis, prober = prober_for(shards)
+    starts = {("s", k): Position.trim_horizon() for k in shards}
+    results = asyncio.run(prober.probe_all(starts))
+    assert {k[1]: r.tip for k, r in results.items()} == {
+        k: v.records[-1][0] for k, v in shards.items()
+    }
+
+
+def test_plan_ranges_from_two_offsets():
+    start = Offset({"s/a": Position.after("10"), "s/b": Position.after("5"), "s/c": Position.trim_horizon()})
+    end = Offset(
+        {
+            "s/a": Position.after("20"),
+            "s/b": Position.after("5"),  # unchanged: no range
+            "s/c": Position.shard_end(),  # ended with no records: no range
+            "s/d": Position.after("3"),  # new shard: from TRIM_HORIZON
+        }
+    )
+    assert plan_ranges(start, end) == [
+        ShardRange("s", "a", Position.after("10"), "20"),
+        ShardRange("s", "d", Position.trim_horizon(), "3"),
+    ]
+
+
+@pytest.mark.parametrize("start", [Position.trim_horizon(), Position.after("99")])
+def test_plan_ranges_is_deterministic(start):
+    a = Offset({"s/a": start})
+    b = Offset({"s/a": Position.after("100")})
+    assert plan_ranges(a, b) == plan_ranges(Offset.from_json(a.to_json()), Offset.from_json(b.to_json()))

@@ -1,0 +1,28 @@
+"""Kinesis records to Arrow: the exact schema Spark checks, values intact."""
+
+from datetime import datetime, timezone
+
+import pyarrow as pa
+
+from kinesis_source.records import ARROW_SCHEMA, to_record_batch
+
+
+def test_batch_matches_the_declared_schema_and_values():
+    ts = datetime(2026, 11, 21, 20, 0, 0, 123456, tzinfo=timezone.utc)
+    records = [
+        {"Data": b"\x00\xffab", "PartitionKey": "k1", "SequenceNumber": "4959" + "0" * 52, "ApproximateArrivalTimestamp": ts},
+        {"Data": b"", "PartitionKey": "k2", "SequenceNumber": "4959" + "0" * 51 + "1", "ApproximateArrivalTimestamp": ts, "SubSequenceNumber": 3},
+    ]
+    batch = to_record_batch("orders", "shardId-000000000001", records)
+    assert batch.schema == ARROW_SCHEMA
+    assert batch.schema.field("approximateArrivalTimestamp").type == pa.timestamp("us", tz="UTC")
+    rows = batch.to_pylist()
+    assert rows[0]["data"] == b"\x00\xffab" and rows[1]["data"] == b""
+    assert rows[0]["streamName"] == "orders" and rows[1]["shardId"] == "shardId-000000000001"
+    assert rows[0]["sequenceNumber"] == records[0]["SequenceNumber"]
+    assert [r["subSequenceNumber"] for r in rows] == [0, 3]
+    assert rows[0]["approximateArrivalTimestamp"] == ts
+
+
+def test_empty_batch_still_has_the_schema():
+    assert to_record_batch("s", "a", []).schema == ARROW_SCHEMA
