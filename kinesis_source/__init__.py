@@ -6,7 +6,7 @@ package needs no running Spark: the PySpark modules are imported only when regis
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 __version__ = "0.1.0"
 FORMAT = "kinesis-ddb"
@@ -14,8 +14,21 @@ FORMAT = "kinesis-ddb"
 __all__ = ["FORMAT", "register", "__version__"]
 
 
-def register(spark: Any) -> None:
-    """Register the ``kinesis-ddb`` format on a SparkSession."""
+def register(spark: Any, on_commit: Callable[..., Any] | None = None) -> None:
+    """Register the ``kinesis-ddb`` format on a SparkSession.
+
+    ``on_commit(info: CommitInfo)`` is called after every DynamoDB commit. It runs in Spark's
+    driver-side Python helper process, not in this process: it travels pickled with the source
+    class, so it must be picklable (cloudpickle) and must not rely on this process's state.
+    """
     from .source import KinesisDataSource
 
-    spark.dataSource.register(KinesisDataSource)
+    if on_commit is None:
+        spark.dataSource.register(KinesisDataSource)
+        return
+
+    # A class made here is pickled by value (cloudpickle), carrying the callback with it.
+    class KinesisDataSourceWithCallback(KinesisDataSource):
+        commit_callback = staticmethod(on_commit)
+
+    spark.dataSource.register(KinesisDataSourceWithCallback)

@@ -49,6 +49,19 @@ class AwsSettings:
             max_attempts=opts.max_retries,
         )
 
+    @staticmethod
+    def for_dynamodb(opts: SourceOptions) -> "AwsSettings":
+        """Settings for the checkpoint table's client: same credentials as Kinesis."""
+        return AwsSettings(
+            region=opts.dynamodb_region or opts.region,
+            endpoint_url=opts.dynamodb_endpoint_url,
+            access_key_id=opts.aws_access_key_id,
+            secret_key=opts.aws_secret_key,
+            session_token=opts.aws_session_token,
+            profile=opts.profile,
+            max_attempts=opts.max_retries,
+        )
+
     def _config(self, **extra: Any) -> Config:
         return Config(
             retries={"mode": "standard", "max_attempts": self.max_attempts},

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Iterator
 
 from botocore.exceptions import ClientError
@@ -229,6 +229,18 @@ class AsyncKinesis:
             if not token:
                 return shards
             kwargs = {"NextToken": token}
+
+    async def creation_time(self, stream: str) -> str:
+        """The stream's creation time (ISO-8601), from ``DescribeStreamSummary``."""
+        self.calls += 1
+        try:
+            resp = await self._client.describe_stream_summary(StreamName=stream)
+        except ClientError as exc:
+            if error_code(exc) == NOT_FOUND:
+                raise _stream_not_found(stream, exc) from exc
+            raise
+        created = resp["StreamDescriptionSummary"]["StreamCreationTimestamp"]
+        return created.astimezone(timezone.utc).isoformat(timespec="milliseconds")
 
     async def iterator(self, stream: str, shard_id: str, position: Position) -> str:
         """A shard iterator at ``position``."""

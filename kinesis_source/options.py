@@ -86,6 +86,46 @@ def _stream_names(text: str) -> tuple[str, ...]:
     return names
 
 
+_APP_RE = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+_TABLE_RE = re.compile(r"^[a-zA-Z0-9_.-]{3,255}$")
+_CALLBACK_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
+
+
+def _app_name(text: str) -> str:
+    if not _APP_RE.match(text.strip()):
+        raise ValueError("must be 1-128 characters of a-z, A-Z, 0-9, '_', '.', '-'")
+    return text.strip()
+
+
+def _table_name(text: str) -> str:
+    if not _TABLE_RE.match(text.strip()):
+        raise ValueError("must be a DynamoDB table name: 3-255 characters of a-z, A-Z, 0-9, '_', '.', '-'")
+    return text.strip()
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return value == "true"
+
+
+def _callback_path(text: str) -> str:
+    if not _CALLBACK_RE.match(text.strip()):
+        raise ValueError("must be a dotted path 'package.module:function'")
+    return text.strip()
+
+
+def _one_of(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
 def _url(text: str) -> str:
     parsed = urlparse(text.strip())
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -145,6 +185,14 @@ def _initial_position(text: str) -> InitialPosition:
             shards.append((key, _shard_start(key, value)))
         return InitialPosition("SHARDS", shards=tuple(shards))
     raise ValueError(_INITIAL_RULE)
+
+
+def parse_initial_position(text: str) -> InitialPosition:
+    """Parse an ``initialPosition`` value (also the spec stored by ``checkpoints reset``)."""
+    try:
+        return _initial_position(text)
+    except ValueError as exc:
+        raise OptionError(f"Option 'initialPosition' = {text!r} is invalid: {exc}") from None
 
 
 def _shard_start(key: str, value: Any) -> str:
@@ -236,6 +284,60 @@ class SourceOptions:
         "on each AWS call before the error reaches the query.",
         _int_in(1, 100),
     )
+    application_name: str = _option(
+        "applicationName",
+        "string",
+        None,
+        "Names this application's rows in the checkpoint table (like a KCL application name). "
+        "Required. Two queries with one name fence each other: the newer one wins.",
+        _app_name,
+        required=True,
+    )
+    checkpoint_table: str = _option(
+        "checkpointTable",
+        "string",
+        "kinesis_ddb_checkpoints",
+        "DynamoDB table of the committed positions (partition key `app`, sort key `key`).",
+        _table_name,
+    )
+    create_table: bool = _option(
+        "createTable",
+        "bool",
+        True,
+        "Create the checkpoint table (on-demand billing) when it is missing and wait until it "
+        "is ACTIVE; `false` makes a missing table an error.",
+        _bool,
+    )
+    dynamodb_endpoint_url: str | None = _option(
+        "dynamodbEndpointUrl",
+        "string",
+        None,
+        "DynamoDB endpoint URL, for VPC endpoints and local servers. Default: the region's.",
+        _url,
+    )
+    dynamodb_region: str | None = _option(
+        "dynamodbRegion",
+        "string",
+        None,
+        "Region of the checkpoint table. Default: `region`.",
+        _non_empty,
+    )
+    on_commit: str | None = _option(
+        "onCommit",
+        "string",
+        None,
+        "Callback `package.module:function` called with a `CommitInfo` after every DynamoDB "
+        "commit, in the driver-side Python helper process (it must be importable there).",
+        _callback_path,
+    )
+    on_commit_errors: str = _option(
+        "onCommitErrors",
+        "string",
+        "fail",
+        "What a raising commit callback does: `fail` fails the query with its traceback; "
+        "`log` logs it and goes on.",
+        _one_of("fail", "log"),
+    )
     aws_access_key_id: str | None = _option(
         "awsAccessKeyId",
         "string",
@@ -324,6 +426,8 @@ def option_specs() -> list[dict[str, Any]]:
     out = []
     for f in fields(SourceOptions):
         default = f.default
+        if isinstance(default, bool):
+            default = str(default).lower()
         out.append(
             {
                 "key": f.metadata["key"],

@@ -172,7 +172,6 @@ class Planner:
         self._shards: dict[str, list[ShardInfo]] = {}
         self._listed_at = float("-inf")
         self._last_probe: tuple[str, Offset, float] | None = None
-        self._initial: Offset | None = None
         self.probes = 0
 
     # -- runtime -------------------------------------------------------------------------
@@ -212,15 +211,12 @@ class Planner:
 
     # -- offsets -------------------------------------------------------------------------
 
-    def initial_offset(self) -> Offset:
-        """Where the query starts; resolved once per run so repeated calls agree."""
-        if self._initial is None:
-            self._initial = self._run(self._resolve_initial())
-        return self._initial
+    def resolve_initial(self, spec: InitialPosition) -> Offset:
+        """Positions per listed shard for an initial position (LATEST probes each tip)."""
+        return self._run(self._resolve_initial(spec))
 
-    async def _resolve_initial(self) -> Offset:
+    async def _resolve_initial(self, spec: InitialPosition) -> Offset:
         listing = await self._listing(force=True)
-        spec = self._opts.initial_position
         wanted: dict[tuple[str, str], str] = {}
         for stream, shards in listing.items():
             for shard in shards:
@@ -237,8 +233,23 @@ class Planner:
             else:
                 pos = Position.parse(text)
             positions[shard_key(stream, shard_id)] = pos
-        log.info("initial positions resolved for %d shards", len(positions))
+        log.info("initial positions resolved for %d shards (%s)", len(positions), spec)
         return Offset(positions)
+
+    def shard_keys(self) -> set[str]:
+        """Offset keys of every listed shard (lists now if not yet listed)."""
+        listing = self._run(self._listing())
+        return {shard_key(st, s.shard_id) for st, shards in listing.items() for s in shards}
+
+    def stream_identities(self) -> dict[str, str]:
+        """Each stream's creation time: a stream re-created under its name gets a new one."""
+        return self._run(self._identities())
+
+    async def _identities(self) -> dict[str, str]:
+        k = await self._client()
+        streams = self._opts.stream_names
+        created = await asyncio.gather(*(k.creation_time(s) for s in streams))
+        return dict(zip(streams, created))
 
     def _prober_ready(self) -> TailProber:
         assert self._prober is not None, "client not created"
@@ -261,11 +272,9 @@ class Planner:
         self._last_probe = (start_json, end, time.monotonic())
         return end
 
-    def last_end(self) -> Offset:
-        """The end returned by the last probe, or the initial offset before any."""
-        if self._last_probe is not None:
-            return self._last_probe[1]
-        return self.initial_offset()
+    def last_end(self) -> Offset | None:
+        """The end returned by the last probe, if any."""
+        return self._last_probe[1] if self._last_probe is not None else None
 
     async def _probe(self, start: Offset) -> Offset:
         listing = await self._listing()

@@ -15,6 +15,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.types import StructType
 
 from .aws import AwsSettings, shared_client
+from .committer import Checkpointer
 from .kinesis import RangeReader
 from .options import SourceOptions
 from .planner import Planner, plan_ranges
@@ -43,6 +44,9 @@ class RangePartition(InputPartition):
 class KinesisDataSource(DataSource):
     """``spark.readStream.format("kinesis-ddb")``: a Kinesis stream read in exact ranges."""
 
+    # Set on a subclass by ``register(spark, on_commit=fn)``; travels pickled with the class.
+    commit_callback: Any = None
+
     @classmethod
     def name(cls) -> str:
         """The format name."""
@@ -56,7 +60,8 @@ class KinesisDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> "KinesisStreamReader":
         """A planning/reading object; options are validated here, so errors come early."""
-        return KinesisStreamReader(SourceOptions.parse(dict(self.options)))
+        callback = type(self).commit_callback
+        return KinesisStreamReader(SourceOptions.parse(dict(self.options)), callback)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -65,14 +70,17 @@ class KinesisDataSource(DataSource):
 class KinesisStreamReader(DataSourceStreamReader):
     """Plans exact ranges on the driver, replays them on executors."""
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, callback: Any = None) -> None:
         self._opts = opts
+        self._callback = callback
         # Made on first driver call: the reader is pickled right after __init__.
         self._planner: Planner | None = None
+        self._checkpointer: Checkpointer | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_planner"] = None
+        state["_checkpointer"] = None
         return state
 
     def __repr__(self) -> str:
@@ -85,26 +93,42 @@ class KinesisStreamReader(DataSourceStreamReader):
             self._planner = Planner(self._opts)
         return self._planner
 
+    @property
+    def checkpointer(self) -> Checkpointer:
+        """The run's DynamoDB checkpointer, created lazily in the driver-side helper."""
+        if self._checkpointer is None:
+            self._checkpointer = Checkpointer(self._opts, self.planner, self._callback)
+        return self._checkpointer
+
     def initialOffset(self) -> dict:
-        """Start positions per shard (resolved once per run)."""
-        return self.planner.initial_offset().to_dict()
+        """Where a query without a Spark checkpoint starts: committed positions in DynamoDB,
+        else the stored or given initial position (resolved once and stored)."""
+        return self.checkpointer.initial_offset().to_dict()
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         """Exact end of the next batch, or ``start`` when nothing new arrived.
 
-        pyspark < 4.2 calls this without ``start``: the probe then starts from the end this
-        reader returned last (or the initial positions). Spark still plans each batch from its
-        own offset log, so ranges stay exact.
+        Every batch up to ``start`` is in the sink when Spark calls this, so ``start`` is
+        committed to DynamoDB first. pyspark < 4.2 calls this without ``start``: the probe then
+        starts from the end this reader returned last (or the initial positions); Spark still
+        plans each batch from its own offset log, so ranges stay exact.
         """
         planner = self.planner
-        begin = Offset.from_dict(start) if start is not None else planner.last_end()
+        if start is not None:
+            begin = Offset.from_dict(start)
+            self.checkpointer.before_planning(begin)
+        else:
+            begin = planner.last_end() or self.checkpointer.initial_offset()
         return planner.latest_offset(begin).to_dict()
 
     def reportLatestOffset(self) -> dict | None:
-        """Probe cost counters, shown in ``StreamingQueryProgress.sources[].latestOffset``."""
+        """Probe and commit counters, shown in ``StreamingQueryProgress.sources[].latestOffset``."""
         if self._planner is None:
             return None
-        return self._planner.stats()
+        stats = self._planner.stats()
+        if self._checkpointer is not None:
+            stats["ddbCommitCalls"] = self._checkpointer.commit_calls
+        return stats
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         """One partition per shard range that holds records."""
@@ -121,8 +145,8 @@ class KinesisStreamReader(DataSourceStreamReader):
             yield to_record_batch(rng.stream, rng.shard_id, records)
 
     def commit(self, end: dict) -> None:
-        """Spark finished every batch up to ``end``; nothing is held for it here."""
-        log.debug("commit %s", end)
+        """Spark finished every batch up to ``end``: write it to DynamoDB (fenced)."""
+        self.checkpointer.commit(Offset.from_dict(end))
 
     def stop(self) -> None:
         """Release the driver's client and event loop."""

@@ -79,6 +79,8 @@ def spark():
 def source_options(endpoint):
     """Options every test query needs to reach the local endpoint."""
     return {
+        "applicationName": f"app-{uuid.uuid4().hex[:10]}",
+        "dynamodbEndpointUrl": endpoint.url,
         "endpointUrl": endpoint.url,
         "region": "us-east-1",
         "awsAccessKeyId": "local",

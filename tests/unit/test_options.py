@@ -6,7 +6,7 @@ import pytest
 
 from kinesis_source.options import OptionError, SourceOptions, option_specs
 
-BASE = {"streamName": "orders"}
+BASE = {"streamName": "orders", "applicationName": "orders-etl"}
 
 
 def parse(**extra):
@@ -31,7 +31,9 @@ def test_defaults():
 
 
 def test_keys_are_case_insensitive():
-    opts = SourceOptions.parse({"STREAMNAME": "a", "maxrecordsperfetch": "5", "Region": "eu-west-1"})
+    opts = SourceOptions.parse(
+        {"STREAMNAME": "a", "applicationname": "x", "maxrecordsperfetch": "5", "Region": "eu-west-1"}
+    )
     assert opts.stream_names == ("a",)
     assert opts.max_records_per_fetch == 5
     assert opts.region == "eu-west-1"
@@ -39,7 +41,7 @@ def test_keys_are_case_insensitive():
 
 def test_stream_name_required_and_validated():
     with pytest.raises(OptionError, match="'streamName' is required"):
-        SourceOptions.parse({})
+        SourceOptions.parse({"applicationName": "x"})
     msg = bad("'streamName'", streamName="bad name!")
     assert "'bad name!'" in msg and "1-128 characters" in msg
     bad("must not be empty", region="  ")
@@ -133,3 +135,28 @@ def test_every_declared_option_has_key_type_and_doc():
     assert len(keys) == len({k.lower() for k in keys})
     for spec in specs:
         assert spec["type"] and spec["doc"].strip(), spec
+
+
+def test_checkpoint_options():
+    opts = parse()
+    assert opts.application_name == "orders-etl"
+    assert opts.checkpoint_table == "kinesis_ddb_checkpoints"
+    assert opts.create_table is True
+    assert opts.on_commit is None and opts.on_commit_errors == "fail"
+    with pytest.raises(OptionError, match="'applicationName' is required"):
+        SourceOptions.parse({"streamName": "s"})
+    bad("'applicationName' = 'a b'", applicationName="a b")
+    assert parse(checkpointTable="my.table-1").checkpoint_table == "my.table-1"
+    msg = bad("'checkpointTable' = 'ab'", checkpointTable="ab")
+    assert "3-255 characters" in msg
+    assert parse(createTable="FALSE").create_table is False
+    bad("'createTable' = 'no'", createTable="no")
+    assert parse(dynamodbEndpointUrl="http://127.0.0.1:1").dynamodb_endpoint_url == "http://127.0.0.1:1"
+    bad("'dynamodbEndpointUrl' = 'nope'", dynamodbEndpointUrl="nope")
+    assert parse(dynamodbRegion="eu-west-1").dynamodb_region == "eu-west-1"
+    bad("'dynamodbRegion' = ''", dynamodbRegion="")
+    assert parse(onCommit="my_pkg.hooks:on_commit").on_commit == "my_pkg.hooks:on_commit"
+    msg = bad("'onCommit' = 'my_pkg.hooks.on_commit'", onCommit="my_pkg.hooks.on_commit")
+    assert "package.module:function" in msg
+    assert parse(onCommitErrors="LOG").on_commit_errors == "log"
+    bad("must be one of fail, log", onCommitErrors="ignore")

@@ -1,0 +1,404 @@
+"""The DynamoDB checkpoint store: claim, commit, restore, fencing, reset.
+
+One table, keyed by application: partition key ``app`` (= ``applicationName``), sort key ``key``.
+
+- ``key = "meta"``: ``epoch`` (bumped by every claim and reset), ``owner``/``ownerHost``/
+  ``claimedAt`` of the latest claimant, ``formatVersion``, ``streams`` (each stream's creation
+  time, to detect a stream re-created under the same name), ``initialSpec`` (the initial position
+  in force) and ``resolved`` (that position resolved per shard, stored once so a restart before
+  the first commit starts at the same place).
+- ``key = "shard#<stream>#<shardId>"``: ``position`` (a position string), ``order`` (a string
+  whose byte order is the position's order in the shard, so DynamoDB itself can refuse a
+  regression), ``epoch``, ``owner``, ``committedAt``.
+
+Every commit is a ``TransactWriteItems`` of at most 100 items: a ``ConditionCheck`` that the meta
+item still has the caller's epoch, and one conditional ``Put`` per shard whose position advanced.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from botocore.exceptions import ClientError
+
+from .positions import AFTER, AT, SHARD_END, Offset, Position, split_shard_key
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+META_KEY = "meta"
+_SHARD_PREFIX = "shard#"
+MAX_TRANSACT_ITEMS = 100  # DynamoDB's limit per TransactWriteItems
+_SEQ_WIDTH = 128  # sequence numbers are at most 128 digits
+_WAIT = {"Delay": 1, "MaxAttempts": 300}  # table creation: poll each second, up to 5 minutes
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint-store error the user can act on; names the application and table."""
+
+
+class CheckpointFencedError(CheckpointError):
+    """Another query claimed the application after this one."""
+
+
+class CheckpointTableError(CheckpointError):
+    """The table is missing or has the wrong shape."""
+
+
+def item_key(offset_key: str) -> str:
+    """Sort key of a shard's item: ``shard#<stream>#<shardId>``."""
+    stream, shard_id = split_shard_key(offset_key)
+    return f"{_SHARD_PREFIX}{stream}#{shard_id}"
+
+
+def offset_key_of(item_sort_key: str) -> str:
+    """Inverse of :func:`item_key`."""
+    stream, _, shard_id = item_sort_key[len(_SHARD_PREFIX) :].partition("#")
+    return f"{stream}/{shard_id}"
+
+
+def order_key(pos: Position) -> str | None:
+    """A string whose byte order is the order of committed positions within one shard.
+
+    Only positions after a record can be committed (TRIM_HORIZON and AT_TIMESTAMP are starting
+    points, not progress): ``AT:s`` < ``AFTER:s:sub`` < ``AFTER:s`` < ``SHARD_END``.
+    """
+    if pos.kind == SHARD_END:
+        return "~"
+    if pos.kind == AT:
+        return f"{int(pos.seq):0{_SEQ_WIDTH}d}a"  # type: ignore[arg-type]
+    if pos.kind == AFTER:
+        if pos.sub_seq is not None:
+            return f"{int(pos.seq):0{_SEQ_WIDTH}d}b{pos.sub_seq:020d}"  # type: ignore[arg-type]
+        return f"{int(pos.seq):0{_SEQ_WIDTH}d}c"  # type: ignore[arg-type]
+    return None
+
+
+def advances(new: Position, old: Position | None) -> bool:
+    """True when committing ``new`` over ``old`` moves the shard forward."""
+    new_order = order_key(new)
+    if new_order is None:
+        return False
+    old_order = order_key(old) if old is not None else None
+    return old_order is None or new_order > old_order
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class Meta:
+    """The application's meta item."""
+
+    epoch: int = 0
+    owner: str | None = None
+    owner_host: str | None = None
+    claimed_at: str | None = None
+    format_version: int = FORMAT_VERSION
+    streams: Mapping[str, str] = field(default_factory=dict)
+    initial_spec: str | None = None
+    resolved: Offset | None = None
+
+    @staticmethod
+    def from_item(item: Mapping[str, Any]) -> "Meta":
+        """Parse a meta item (as the resource-less client returns it, already plain)."""
+        resolved = item.get("resolved")
+        return Meta(
+            epoch=int(item.get("epoch", 0)),
+            owner=item.get("owner"),
+            owner_host=item.get("ownerHost"),
+            claimed_at=item.get("claimedAt"),
+            format_version=int(item.get("formatVersion", FORMAT_VERSION)),
+            streams=json.loads(item["streams"]) if item.get("streams") else {},
+            initial_spec=item.get("initialSpec"),
+            resolved=Offset.from_json(resolved) if resolved else None,
+        )
+
+
+@dataclass(frozen=True)
+class StoredShard:
+    """One shard's committed item."""
+
+    position: Position
+    epoch: int
+    owner: str | None
+    committed_at: str | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything stored for one application."""
+
+    meta: Meta | None
+    shards: Mapping[str, StoredShard]  # by offset key "<stream>/<shardId>"
+
+    def positions(self) -> dict[str, Position]:
+        """Committed positions by offset key."""
+        return {k: s.position for k, s in self.shards.items()}
+
+
+def _plain(value: dict) -> Any:
+    """DynamoDB attribute value to Python (the subset this store writes)."""
+    (kind, raw), = value.items()
+    if kind == "N":
+        return int(raw)
+    return raw
+
+
+def _from_ddb(item: Mapping[str, dict]) -> dict[str, Any]:
+    return {k: _plain(v) for k, v in item.items()}
+
+
+class CheckpointStore:
+    """One application's rows in the checkpoint table, over a boto3 DynamoDB client."""
+
+    def __init__(self, client: Any, table: str, app: str) -> None:
+        self._client = client
+        self.table = table
+        self.app = app
+
+    def _where(self) -> str:
+        return f"application '{self.app}' in DynamoDB table '{self.table}'"
+
+    # -- the table -----------------------------------------------------------------------
+
+    def ensure_table(self, create: bool) -> None:
+        """Check the table's key schema; create it first (on-demand) if missing and allowed."""
+        try:
+            desc = self._client.describe_table(TableName=self.table)["Table"]
+        except ClientError as exc:
+            if _code(exc) != "ResourceNotFoundException":
+                raise
+            if not create:
+                raise CheckpointTableError(
+                    f"DynamoDB checkpoint table '{self.table}' does not exist and option "
+                    "'createTable' is false: create it (partition key 'app' S, sort key 'key' S) "
+                    "or set createTable=true"
+                ) from None
+            self._create()
+            desc = self._client.describe_table(TableName=self.table)["Table"]
+        self._check_schema(desc)
+
+    def _create(self) -> None:
+        log.info("creating DynamoDB checkpoint table %s (on-demand)", self.table)
+        try:
+            self._client.create_table(
+                TableName=self.table,
+                KeySchema=[
+                    {"AttributeName": "app", "KeyType": "HASH"},
+                    {"AttributeName": "key", "KeyType": "RANGE"},
+                ],
+                AttributeDefinitions=[
+                    {"AttributeName": "app", "AttributeType": "S"},
+                    {"AttributeName": "key", "AttributeType": "S"},
+                ],
+                BillingMode="PAY_PER_REQUEST",
+            )
+        except ClientError as exc:
+            if _code(exc) != "ResourceInUseException":  # another query created it first
+                raise
+        self._client.get_waiter("table_exists").wait(TableName=self.table, WaiterConfig=_WAIT)
+
+    def _check_schema(self, desc: Mapping[str, Any]) -> None:
+        keys = {k["AttributeName"]: k["KeyType"] for k in desc.get("KeySchema", [])}
+        types = {a["AttributeName"]: a["AttributeType"] for a in desc.get("AttributeDefinitions", [])}
+        if keys != {"app": "HASH", "key": "RANGE"} or types.get("app") != "S" or types.get("key") != "S":
+            shown = ", ".join(f"{k} {t} ({types.get(k, '?')})" for k, t in keys.items())
+            raise CheckpointTableError(
+                f"DynamoDB table '{self.table}' has key schema [{shown}], but a kinesis-ddb "
+                "checkpoint table needs partition key 'app' (S) and sort key 'key' (S): set "
+                "option 'checkpointTable' to another table"
+            )
+
+    # -- reading -------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """Read the meta item and every shard item (strongly consistent)."""
+        meta = None
+        shards: dict[str, StoredShard] = {}
+        pages = self._client.get_paginator("query").paginate(
+            TableName=self.table,
+            KeyConditionExpression="app = :a",
+            ExpressionAttributeValues={":a": {"S": self.app}},
+            ConsistentRead=True,
+        )
+        for page in pages:
+            for raw in page.get("Items", []):
+                item = _from_ddb(raw)
+                if item["key"] == META_KEY:
+                    meta = Meta.from_item(item)
+                elif item["key"].startswith(_SHARD_PREFIX):
+                    shards[offset_key_of(item["key"])] = StoredShard(
+                        position=Position.parse(item["position"]),
+                        epoch=int(item.get("epoch", 0)),
+                        owner=item.get("owner"),
+                        committed_at=item.get("committedAt"),
+                    )
+        if meta is not None and meta.format_version > FORMAT_VERSION:
+            raise CheckpointError(
+                f"The {self._where()} was written in format {meta.format_version}, newer than "
+                f"this kinesis-ddb understands ({FORMAT_VERSION}): upgrade kinesis-ddb"
+            )
+        return Snapshot(meta, shards)
+
+    # -- claiming and fencing ------------------------------------------------------------
+
+    def claim(self, owner: str, host: str) -> Meta:
+        """Take the application over: bump the epoch and record the owner."""
+        resp = self._client.update_item(
+            TableName=self.table,
+            Key=self._key(META_KEY),
+            UpdateExpression=(
+                "SET epoch = if_not_exists(epoch, :zero) + :one, #o = :o, ownerHost = :h, "
+                "claimedAt = :t, formatVersion = if_not_exists(formatVersion, :v)"
+            ),
+            ExpressionAttributeNames={"#o": "owner"},
+            ExpressionAttributeValues={
+                ":zero": {"N": "0"},
+                ":one": {"N": "1"},
+                ":o": {"S": owner},
+                ":h": {"S": host},
+                ":t": {"S": _now()},
+                ":v": {"N": str(FORMAT_VERSION)},
+            },
+            ReturnValues="ALL_NEW",
+        )
+        meta = Meta.from_item(_from_ddb(resp["Attributes"]))
+        log.info("claimed %s as epoch %d (owner %s)", self._where(), meta.epoch, owner)
+        return meta
+
+    def _fenced(self, epoch: int) -> CheckpointFencedError:
+        meta = self.snapshot().meta or Meta()
+        return CheckpointFencedError(
+            f"The {self._where()} was claimed by another query (owner {meta.owner} on "
+            f"{meta.owner_host}, epoch {meta.epoch}, at {meta.claimed_at}) after this one "
+            f"(epoch {epoch}). This query stops so that the two cannot overwrite each other's "
+            "positions: stop the other query, or give this one another 'applicationName'."
+        )
+
+    def save_initial(
+        self, epoch: int, spec: str, resolved: Offset, streams: Mapping[str, str]
+    ) -> None:
+        """Store the initial position in force, resolved, with the streams' identities."""
+        self._update_meta(
+            epoch,
+            "SET initialSpec = :s, resolved = :r, streams = :st",
+            {
+                ":s": {"S": spec},
+                ":r": {"S": resolved.to_json()},
+                ":st": {"S": json.dumps(dict(streams), sort_keys=True)},
+            },
+        )
+
+    def save_streams(self, epoch: int, streams: Mapping[str, str]) -> None:
+        """Record the streams' identities (creation times) in the meta item."""
+        self._update_meta(
+            epoch, "SET streams = :st", {":st": {"S": json.dumps(dict(streams), sort_keys=True)}}
+        )
+
+    def _update_meta(self, epoch: int, expression: str, values: dict[str, Any]) -> None:
+        try:
+            self._client.update_item(
+                TableName=self.table,
+                Key=self._key(META_KEY),
+                UpdateExpression=expression,
+                ConditionExpression="epoch = :e",
+                ExpressionAttributeValues={**values, ":e": {"N": str(epoch)}},
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                raise self._fenced(epoch) from None
+            raise
+
+    # -- committing ----------------------------------------------------------------------
+
+    def commit(self, epoch: int, owner: str, positions: Mapping[str, Position]) -> int:
+        """Write positions in fenced transactions; returns the number of calls made.
+
+        Each item is conditional on not moving its shard backwards; each transaction is
+        conditional on the meta item still holding ``epoch``.
+        """
+        now = _now()
+        ops = []
+        for key, pos in sorted(positions.items()):
+            order = order_key(pos)
+            if order is None:
+                raise ValueError(f"position {pos} of {key} is not a commit position")
+            ops.append(
+                {
+                    "Put": {
+                        "TableName": self.table,
+                        "Item": {
+                            **self._key(item_key(key)),
+                            "position": {"S": pos.to_str()},
+                            "order": {"S": order},
+                            "epoch": {"N": str(epoch)},
+                            "owner": {"S": owner},
+                            "committedAt": {"S": now},
+                        },
+                        "ConditionExpression": "attribute_not_exists(#k) OR #ord <= :ord",
+                        "ExpressionAttributeNames": {"#k": "key", "#ord": "order"},
+                        "ExpressionAttributeValues": {":ord": {"S": order}},
+                    }
+                }
+            )
+        return self._fenced_writes(epoch, ops, [k for k, _ in sorted(positions.items())])
+
+    def _fenced_writes(self, epoch: int, ops: list[dict], names: list[str]) -> int:
+        """Run ``ops`` in transactions of at most 100 items, each with the epoch check."""
+        check = {
+            "ConditionCheck": {
+                "TableName": self.table,
+                "Key": self._key(META_KEY),
+                "ConditionExpression": "epoch = :e",
+                "ExpressionAttributeValues": {":e": {"N": str(epoch)}},
+            }
+        }
+        per_call = MAX_TRANSACT_ITEMS - 1
+        calls = 0
+        for i in range(0, len(ops), per_call):
+            try:
+                self._client.transact_write_items(TransactItems=[check, *ops[i : i + per_call]])
+            except ClientError as exc:
+                if _code(exc) != "TransactionCanceledException":
+                    raise
+                self._explain_cancel(exc, epoch, names[i : i + per_call])
+            calls += 1
+        return calls
+
+    def _explain_cancel(self, exc: ClientError, epoch: int, names: list[str]) -> None:
+        reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+        if reasons and reasons[0] == "ConditionalCheckFailed":
+            raise self._fenced(epoch) from None
+        failed = [names[i - 1] for i, code in enumerate(reasons) if i and code == "ConditionalCheckFailed"]
+        if failed:
+            raise CheckpointError(
+                f"Refused to move shard(s) {', '.join(failed)} of the {self._where()} "
+                "backwards: their stored positions are ahead of this commit (was the "
+                "application reset while this query ran?)"
+            ) from None
+        raise exc
+
+    # -- reset ---------------------------------------------------------------------------
+
+    def reset(self, spec: str, by: str) -> Meta:
+        """Move the application to a new initial position: fence running queries (epoch + 1),
+        forget committed positions, and store ``spec`` for the next query to resolve."""
+        meta = self.claim(owner=f"reset by {by}", host=by)
+        self._update_meta(meta.epoch, "SET initialSpec = :s REMOVE resolved", {":s": {"S": spec}})
+        keys = sorted(self.snapshot().shards)
+        ops = [{"Delete": {"TableName": self.table, "Key": self._key(item_key(k))}} for k in keys]
+        self._fenced_writes(meta.epoch, ops, keys)
+        return meta
+
+    def _key(self, sort_key: str) -> dict[str, dict[str, str]]:
+        return {"app": {"S": self.app}, "key": {"S": sort_key}}
+
+
+def _code(exc: ClientError) -> str | None:
+    return exc.response.get("Error", {}).get("Code")

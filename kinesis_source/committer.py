@@ -1,0 +1,243 @@
+"""When positions reach DynamoDB, where a query resumes, and the commit callbacks.
+
+Lives in Spark's driver-side Python helper next to the planner. The application is claimed on
+the first driver call (never in ``__init__``, which also runs in the user's process and on
+executors). Positions are written
+
+- in ``commit(end)``: Spark finished every batch up to ``end``;
+- eagerly in ``latestOffset(start)``: Spark asks for a new end only once every earlier batch is
+  committed to the sink, while ``commit`` lags one batch and never comes for a run's last batch.
+
+Only positions that move a shard forward are written; each write is fenced by the epoch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from .aws import AwsSettings
+from .checkpoints import CheckpointError, CheckpointStore, Snapshot, advances
+from .options import OptionError, SourceOptions, parse_initial_position
+from .planner import Planner
+from .positions import AFTER, Offset, Position, split_shard_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What a commit callback receives after a successful DynamoDB commit.
+
+    ``positions`` maps ``(stream, shardId)`` to the sequence number committed (reading resumes
+    after it); ``ended`` holds the shards committed at their end.
+    """
+
+    application: str
+    table: str
+    epoch: int
+    committed_at: datetime
+    positions: Mapping[tuple[str, str], str]
+    ended: frozenset
+
+
+class CommitCallbackError(RuntimeError):
+    """A commit callback raised (with ``onCommitErrors=fail``)."""
+
+
+def load_callback(path: str) -> Callable[[CommitInfo], Any]:
+    """Import ``package.module:function`` (the ``onCommit`` option)."""
+    module_name, _, func_name = path.partition(":")
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+    except (ImportError, AttributeError) as exc:
+        raise OptionError(
+            f"Option 'onCommit' = {path!r} cannot be loaded in Spark's driver-side Python "
+            f"process: {exc}. The module must be importable there (installed, or on --py-files)"
+        ) from None
+    if not callable(func):
+        raise OptionError(f"Option 'onCommit' = {path!r} is not a function")
+    return func
+
+
+class Checkpointer:
+    """Claims the application, restores the start position, writes positions, runs callbacks."""
+
+    def __init__(
+        self,
+        opts: SourceOptions,
+        planner: Planner,
+        callback: Callable[[CommitInfo], Any] | None = None,
+    ) -> None:
+        self._opts = opts
+        self._planner = planner
+        self._callbacks = [callback] if callback else []
+        if opts.on_commit:
+            self._callbacks.append(load_callback(opts.on_commit))
+        self._store = CheckpointStore(
+            AwsSettings.for_dynamodb(opts).boto3_client("dynamodb"),
+            opts.checkpoint_table,
+            opts.application_name,
+        )
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._epoch: int | None = None
+        self._claimed: Snapshot | None = None
+        self._stored: dict[str, Position] = {}
+        self._initial: Offset | None = None
+        self._first_start_seen = False
+        self.commit_calls = 0
+
+    @property
+    def store(self) -> CheckpointStore:
+        """The underlying store."""
+        return self._store
+
+    def _ensure_claimed(self) -> int:
+        if self._epoch is None:
+            self._store.ensure_table(self._opts.create_table)
+            meta = self._store.claim(self.owner, socket.gethostname())
+            snapshot = self._store.snapshot()
+            self._check_same_streams(snapshot)
+            self._claimed = snapshot
+            self._stored = snapshot.positions()
+            self._epoch = meta.epoch
+        return self._epoch
+
+    def _check_same_streams(self, snapshot: Snapshot) -> None:
+        current = self._planner.stream_identities()
+        known = dict(snapshot.meta.streams) if snapshot.meta else {}
+        for stream, created in current.items():
+            before = known.get(stream)
+            if before is not None and before != created:
+                raise CheckpointError(
+                    f"Kinesis stream '{stream}' was deleted and re-created (created {created}; "
+                    f"the checkpoints of application '{self._opts.application_name}' in table "
+                    f"'{self._opts.checkpoint_table}' are for the stream created {before}). "
+                    "Its old sequence numbers mean nothing in the new stream: run `kinesis-ddb "
+                    "checkpoints reset` for this application, or use another 'applicationName'."
+                )
+        committed_streams = {split_shard_key(k)[0] for k in snapshot.shards}
+        if committed_streams & set(current):
+            listed = self._planner.shard_keys()
+            for stream in committed_streams & set(current):
+                mine = {k for k in snapshot.shards if split_shard_key(k)[0] == stream}
+                if not mine & listed:
+                    raise CheckpointError(
+                        f"None of the shards committed for Kinesis stream '{stream}' "
+                        f"(application '{self._opts.application_name}', table "
+                        f"'{self._opts.checkpoint_table}') exist in the stream now: it was "
+                        "re-created or its shards expired. Run `kinesis-ddb checkpoints reset`."
+                    )
+
+    # -- resume --------------------------------------------------------------------------
+
+    def initial_offset(self) -> Offset:
+        """Where a query without a Spark checkpoint starts (the resume matrix)."""
+        if self._initial is None:
+            self._initial = self._resolve_start()
+        return self._initial
+
+    def _resolve_start(self) -> Offset:
+        epoch = self._ensure_claimed()
+        snapshot = self._claimed
+        assert snapshot is not None
+        meta = snapshot.meta
+        app, table = self._opts.application_name, self._opts.checkpoint_table
+        if meta is not None and meta.resolved is not None:
+            base = dict(meta.resolved.shards)
+            if snapshot.shards:
+                log.info(
+                    "application %s resumes from %d committed positions in table %s",
+                    app, len(snapshot.shards), table,
+                )
+            else:
+                log.info("application %s restarts at its stored initial positions", app)
+            base.update(snapshot.positions())
+            return Offset(base)
+        if meta is not None and meta.initial_spec is not None:
+            spec_text = meta.initial_spec  # set by `checkpoints reset`
+            spec = parse_initial_position(spec_text)
+        else:
+            spec = self._opts.initial_position
+            spec_text = str(spec)
+        resolved = self._planner.resolve_initial(spec)
+        if snapshot.shards:  # committed rows but no stored initial (e.g. imported): rows win
+            resolved = Offset({**resolved.shards, **snapshot.positions()})
+        self._store.save_initial(epoch, spec_text, resolved, self._planner.stream_identities())
+        log.info("application %s starts at %s (stored in table %s)", app, spec_text, table)
+        return resolved
+
+    # -- commits -------------------------------------------------------------------------
+
+    def before_planning(self, start: Offset) -> None:
+        """``latestOffset(start)``: every batch up to ``start`` is in the sink; commit it."""
+        self._ensure_claimed()
+        if not self._first_start_seen:
+            self._first_start_seen = True
+            ahead = [
+                k for k, stored in self._stored.items()
+                if k in start.shards and advances(stored, start.shards[k])
+            ]
+            if ahead:
+                log.warning(
+                    "DynamoDB (application %s, table %s) is ahead of Spark's checkpoint for %d "
+                    "shard(s), e.g. %s: Spark's offsets win; those records are read again",
+                    self._opts.application_name, self._opts.checkpoint_table, len(ahead), ahead[0],
+                )
+            self._ensure_streams_recorded()
+        self.commit(start)
+
+    def _ensure_streams_recorded(self) -> None:
+        meta = self._claimed.meta if self._claimed else None
+        if meta is None or not meta.streams:
+            assert self._epoch is not None
+            self._store.save_streams(self._epoch, self._planner.stream_identities())
+
+    def commit(self, end: Offset) -> None:
+        """Write the shards of ``end`` that moved forward, then call the callbacks."""
+        epoch = self._ensure_claimed()
+        moved = {k: p for k, p in end.shards.items() if advances(p, self._stored.get(k))}
+        if not moved:
+            return
+        self.commit_calls += self._store.commit(epoch, self.owner, moved)
+        self._stored.update(moved)
+        self._notify(epoch)
+
+    def _notify(self, epoch: int) -> None:
+        if not self._callbacks:
+            return
+        positions = {}
+        ended = set()
+        for key, pos in self._stored.items():
+            stream_shard = split_shard_key(key)
+            if pos.kind == AFTER:
+                positions[stream_shard] = pos.seq
+            elif pos.is_shard_end:
+                ended.add(stream_shard)
+        info = CommitInfo(
+            application=self._opts.application_name,
+            table=self._opts.checkpoint_table,
+            epoch=epoch,
+            committed_at=datetime.now(timezone.utc),
+            positions=MappingProxyType(positions),
+            ended=frozenset(ended),
+        )
+        for callback in self._callbacks:
+            try:
+                callback(info)
+            except Exception as exc:
+                name = getattr(callback, "__qualname__", repr(callback))
+                if self._opts.on_commit_errors == "log":
+                    log.exception("commit callback %s raised; going on (onCommitErrors=log)", name)
+                    continue
+                raise CommitCallbackError(
+                    f"Commit callback {name} raised {type(exc).__name__}: {exc} (the positions "
+                    "were committed to DynamoDB; set onCommitErrors=log to log and go on)"
+                ) from exc
