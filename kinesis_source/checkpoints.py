@@ -272,6 +272,15 @@ class CheckpointStore:
         log.info("claimed %s as epoch %d (owner %s)", self._where(), meta.epoch, owner)
         return meta
 
+    def check_epoch(self, epoch: int) -> None:
+        """Raise :class:`CheckpointFencedError` if another query claimed after ``epoch``."""
+        resp = self._client.get_item(
+            TableName=self.table, Key=self._key(META_KEY), ConsistentRead=True
+        )
+        stored = int(resp.get("Item", {}).get("epoch", {}).get("N", "0"))
+        if stored != epoch:
+            raise self._fenced(epoch)
+
     def _fenced(self, epoch: int) -> CheckpointFencedError:
         meta = self.snapshot().meta or Meta()
         return CheckpointFencedError(

@@ -1,31 +1,190 @@
-"""The ``kinesis-ddb`` command."""
+"""The ``kinesis-ddb`` command: ``checkpoints show|reset|export`` and ``demo``."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import socket
 import sys
+from datetime import datetime, timezone
+from typing import TextIO
 
 from . import __version__
+from .aws import AwsSettings
+from .checkpoints import CheckpointError, CheckpointStore, Snapshot
+from .options import OptionError, parse_initial_position
+
+DEFAULT_TABLE = "kinesis_ddb_checkpoints"
 
 
 def _demo(_args: argparse.Namespace) -> int:
     print(
-        "The kinesis-ddb demo is not built yet: it arrives with the DynamoDB checkpoint store.\n"
+        "The kinesis-ddb demo is not built yet.\n"
         "Until then, `./dev test` runs the end-to-end tests against a local moto server."
     )
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``kinesis-ddb`` console script."""
+def _store(args: argparse.Namespace) -> CheckpointStore:
+    settings = AwsSettings(region=args.region, endpoint_url=args.endpoint_url, profile=args.profile)
+    return CheckpointStore(settings.boto3_client("dynamodb"), args.table, args.app)
+
+
+def _existing(store: CheckpointStore) -> Snapshot:
+    store.ensure_table(create=False)
+    snapshot = store.snapshot()
+    if snapshot.meta is None and not snapshot.shards:
+        raise CheckpointError(
+            f"No checkpoints for application '{store.app}' in DynamoDB table '{store.table}'"
+        )
+    return snapshot
+
+
+def _age(stamp: str | None, now: datetime) -> str:
+    if not stamp:
+        return "-"
+    seconds = int((now - datetime.fromisoformat(stamp)).total_seconds())
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+def _table(rows: list[list[str]], out: TextIO) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+        if n == 0:
+            out.write("  ".join("-" * w for w in widths) + "\n")
+
+
+def _show(args: argparse.Namespace) -> int:
+    store = _store(args)
+    snapshot = _existing(store)
+    now = datetime.now(timezone.utc)
+    meta = snapshot.meta
+    if meta is not None:
+        print(
+            f"application {store.app} in table {store.table}: epoch {meta.epoch}, owner "
+            f"{meta.owner} on {meta.owner_host}, claimed {_age(meta.claimed_at, now)} ago; "
+            f"initial position {meta.initial_spec or '-'}"
+        )
+    rows = [["shard", "position", "owner", "epoch", "committed", "age"]]
+    for key, shard in sorted(snapshot.shards.items()):
+        rows.append(
+            [
+                key,
+                shard.position.to_str(),
+                shard.owner or "-",
+                str(shard.epoch),
+                shard.committed_at or "-",
+                _age(shard.committed_at, now),
+            ]
+        )
+    if len(rows) == 1:
+        print("no shard positions committed yet")
+    else:
+        _table(rows, sys.stdout)
+    return 0
+
+
+def _export_positions(snapshot: Snapshot) -> dict[str, str]:
+    positions = dict(snapshot.meta.resolved.shards) if snapshot.meta and snapshot.meta.resolved else {}
+    positions.update(snapshot.positions())
+    return {k: positions[k].to_str() for k in sorted(positions)}
+
+
+def _export(args: argparse.Namespace) -> int:
+    positions = _export_positions(_existing(_store(args)))
+    text = json.dumps(positions, indent=2, sort_keys=True) + "\n"
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _reset(args: argparse.Namespace) -> int:
+    if args.to_file:
+        with open(args.to_file, encoding="utf-8") as fh:
+            spec_text = fh.read().strip()
+    else:
+        spec_text = args.to
+    spec = parse_initial_position(spec_text)
+    store = _store(args)
+    store.ensure_table(create=False)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print(
+                f"Refusing to reset application '{store.app}' without --yes: standard input is "
+                "not a terminal to confirm on.",
+                file=sys.stderr,
+            )
+            return 2
+        answer = input(
+            f"Reset application '{store.app}' in table '{store.table}' to {spec}? Running "
+            "queries of it will stop. Type the application name to confirm: "
+        )
+        if answer.strip() != store.app:
+            print("Not reset.", file=sys.stderr)
+            return 2
+    meta = store.reset(str(spec), by=socket.gethostname())
+    print(f"application {store.app} reset to {spec} (epoch {meta.epoch})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line grammar."""
     parser = argparse.ArgumentParser(prog="kinesis-ddb", description=__doc__)
     parser.add_argument("--version", action="version", version=f"kinesis-ddb {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+
     demo = sub.add_parser("demo", help="run the local demo")
     demo.set_defaults(func=_demo)
-    args = parser.parse_args(argv)
-    return int(args.func(args))
+
+    ck = sub.add_parser("checkpoints", help="inspect or move an application's positions")
+    ck_sub = ck.add_subparsers(dest="action", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--app", required=True, help="the query's applicationName")
+        p.add_argument("--table", default=DEFAULT_TABLE, help="the checkpoint table")
+        p.add_argument("--endpoint-url", help="DynamoDB endpoint URL (local servers)")
+        p.add_argument("--region", help="AWS region (default: the boto3 chain)")
+        p.add_argument("--profile", help="AWS profile")
+
+    show = ck_sub.add_parser("show", help="each shard's committed position, owner, epoch, age")
+    common(show)
+    show.set_defaults(func=_show)
+
+    export = ck_sub.add_parser("export", help="write positions as JSON for initialPosition")
+    common(export)
+    export.add_argument("--output", "-o", help="file to write (default: standard output)")
+    export.set_defaults(func=_export)
+
+    reset = ck_sub.add_parser("reset", help="move the application to a new start position")
+    common(reset)
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--to", help="TRIM_HORIZON, LATEST, AT_TIMESTAMP:<ISO-8601> or a JSON object"
+    )
+    target.add_argument("--to-file", help="a JSON file of positions, as `export` writes")
+    reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    reset.set_defaults(func=_reset)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``kinesis-ddb`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (CheckpointError, OptionError) as exc:
+        print(f"kinesis-ddb: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
     sys.exit(main())
+

@@ -194,6 +194,11 @@ class Checkpointer:
             self._ensure_streams_recorded()
         self.commit(start)
 
+    def before_batch(self) -> None:
+        """A new batch is about to be planned: make sure no newer query owns the application,
+        so a fenced query stops before reading more (one consistent read per batch)."""
+        self._store.check_epoch(self._ensure_claimed())
+
     def _ensure_streams_recorded(self) -> None:
         meta = self._claimed.meta if self._claimed else None
         if meta is None or not meta.streams:

@@ -119,7 +119,10 @@ class KinesisStreamReader(DataSourceStreamReader):
             self.checkpointer.before_planning(begin)
         else:
             begin = planner.last_end() or self.checkpointer.initial_offset()
-        return planner.latest_offset(begin).to_dict()
+        end = planner.latest_offset(begin)
+        if end != begin:
+            self.checkpointer.before_batch()
+        return end.to_dict()
 
     def reportLatestOffset(self) -> dict | None:
         """Probe and commit counters, shown in ``StreamingQueryProgress.sources[].latestOffset``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import uuid
 
 import boto3
@@ -17,6 +18,13 @@ from tests.support.waiting import wait_for
 os.environ.update(LOCAL_CREDENTIALS)
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Spark's helper imports tests.support.callbacks (the onCommit option) from the repository root,
+# and that callback writes where the tests read.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p
+)
+os.environ.setdefault("KDDB_TEST_CALLBACK_DIR", tempfile.mkdtemp(prefix="kddb-callbacks-"))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,489 @@
+"""DynamoDB checkpoints with real Spark: resume without a Spark checkpoint, fencing, callbacks,
+the CLI round trip, and bad checkpoint settings. moto server over HTTP for both services."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import boto3
+import pytest
+
+from kinesis_source import register
+from kinesis_source.checkpoints import CheckpointStore, order_key
+from kinesis_source.positions import Position, seq_key
+from tests.support.producer import Producer
+from tests.support.spark_query import (
+    Collector,
+    source_report,
+    start_query,
+    stop_quietly,
+)
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.spark
+
+TABLE = "kinesis_ddb_checkpoints"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def ddb(endpoint):
+    return boto3.client("dynamodb", endpoint_url=endpoint.url, region_name="us-east-1")
+
+
+def stored(ddb, app) -> dict[str, Position]:
+    return CheckpointStore(ddb, TABLE, app).snapshot().positions()
+
+
+def tips(sent) -> dict[str, Position]:
+    """Per shard, the position after the newest record sent."""
+    last: dict[str, str] = {}
+    for p in sent:
+        if p.shard_id not in last or seq_key(p.seq) > seq_key(last[p.shard_id]):
+            last[p.shard_id] = p.seq
+    return {sh: Position.after(seq) for sh, seq in last.items()}
+
+
+def wait_committed(ddb, app, stream, sent, timeout=60):
+    """Wait until DynamoDB holds, for every shard written, the position after its newest record."""
+    want = {f"{stream}/{sh}": pos for sh, pos in tips(sent).items()}
+    wait_for(
+        lambda: {k: v for k, v in stored(ddb, app).items() if k in want} == want,
+        timeout=timeout,
+        what=f"DynamoDB to hold {want}",
+    )
+
+
+def keys_of(rows):
+    return [(r.shard_id, r.seq) for r in rows]
+
+
+def cli(*args, check=True):
+    """Run the kinesis-ddb command with no terminal on standard input."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "kinesis_source.cli", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+class DriverProcess:
+    """tests/support/driver_app.py in its own process group, so SIGKILL takes Spark with it."""
+
+    def __init__(self, run: str, out: Path, checkpoint: Path, options: dict, block_after=0):
+        self.run, self.out = run, out
+        cmd = [
+            sys.executable, "-m", "tests.support.driver_app",
+            "--run", run, "--out", str(out), "--checkpoint", str(checkpoint),
+            "--block-after", str(block_after),
+        ]
+        for key, value in options.items():
+            cmd += ["--option", f"{key}={value}"]
+        self.log = open(out / f"{run}.log", "w")
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=60)
+        self.log.close()
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        out = []
+        for path in sorted(self.out.glob(f"{self.run}-*.jsonl"), key=lambda p: int(p.stem.split("-")[-1])):
+            out += [(r["shard"], r["seq"], r["data"]) for r in map(json.loads, path.read_text().splitlines())]
+        return out
+
+    def batch_rows(self, batch_id: int) -> list[tuple[str, str, str]]:
+        path = self.out / f"{self.run}-{batch_id}.jsonl"
+        return [(r["shard"], r["seq"], r["data"]) for r in map(json.loads, path.read_text().splitlines())]
+
+
+def test_driver_killed_mid_batch_resumes_from_dynamodb_with_a_new_checkpoint(
+    kinesis, make_stream, source_options, tmp_path
+):
+    stream = make_stream(4)
+    producer = Producer(kinesis, stream)
+    producer.put(400)
+    out = tmp_path / "out"
+    out.mkdir()
+    options = {**source_options, "streamName": stream}
+    first = DriverProcess("run1", out, tmp_path / "ck1", options, block_after=2)
+    try:
+        wait_for(lambda: len(first.rows()) >= 400, timeout=180, what="run1's first batch")
+        producer.put(300)
+        marker = out / "run1.blocked"
+        wait_for(marker.exists, timeout=120, what="run1 to be inside its second batch")
+        in_flight = set(first.batch_rows(int(marker.read_text())))
+    finally:
+        first.kill()  # SIGKILL while the batch is in flight
+    assert in_flight
+    producer.put(200)
+    second = DriverProcess("run2", out, tmp_path / "ck2", options)  # a NEW Spark checkpoint
+    want = {(p.shard_id, p.seq, p.data.decode()) for p in producer.sent}
+    try:
+        wait_for(
+            lambda: want <= set(first.rows()) | set(second.rows()),
+            timeout=180,
+            what="every record after the restart",
+        )
+    finally:
+        second.kill()
+    counts = Counter(first.rows() + second.rows())
+    assert set(counts) == want, "records lost or invented"
+    duplicated = {row for row, n in counts.items() if n > 1}
+    assert all(n <= 2 for n in counts.values())
+    assert duplicated <= in_flight, "re-read more than the batch in flight"
+    assert len(duplicated) <= len(in_flight)
+
+
+def test_graceful_stop_then_new_checkpoint_reads_nothing_twice(
+    spark, kinesis, ddb, make_stream, source_options, tmp_path
+):
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    producer.put(200)
+    options = {**source_options, "streamName": stream}
+    app = options["applicationName"]
+    first = Collector()
+    query = start_query(spark, options, tmp_path / "ck1", first)
+    try:
+        wait_for(lambda: first.count() >= 200, timeout=90, what="200 rows")
+        producer.put(100)
+        wait_for(lambda: first.count() >= 300, timeout=90, what="300 rows")
+        # The eager commit writes the last batch's end on the next (idle) trigger, before any
+        # later batch exists to trigger commit().
+        wait_committed(ddb, app, stream, producer.sent)
+    finally:
+        stop_quietly(query)
+    producer.put(50)
+    second = Collector()
+    query = start_query(spark, options, tmp_path / "ck2", second)  # new checkpoint location
+    try:
+        wait_for(lambda: second.count() >= 50, timeout=90, what="the 50 new rows")
+    finally:
+        stop_quietly(query)
+    rows = keys_of(first.rows()) + keys_of(second.rows())
+    assert len(rows) == len(set(rows)) == 350
+
+
+def test_same_spark_checkpoint_wins_over_dynamodb_behind_it(
+    spark, kinesis, ddb, make_stream, source_options, tmp_path
+):
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    producer.put(200)
+    options = {**source_options, "streamName": stream}
+    app = options["applicationName"]
+    ck = tmp_path / "ck"
+    first = Collector()
+    query = start_query(spark, options, ck, first)
+    try:
+        wait_for(lambda: first.count() >= 200, timeout=90, what="200 rows")
+        wait_committed(ddb, app, stream, producer.sent)
+    finally:
+        stop_quietly(query)
+    # DynamoDB falls behind Spark's checkpoint: the application is reset to TRIM_HORIZON.
+    cli("checkpoints", "reset", "--app", app, "--to", "TRIM_HORIZON", "--yes",
+        "--endpoint-url", options["dynamodbEndpointUrl"], "--region", "us-east-1")
+    assert stored(ddb, app) == {}
+    producer.put(100)
+    second = Collector()
+    query = start_query(spark, options, ck, second)  # the same Spark checkpoint
+    try:
+        wait_for(lambda: second.count() >= 100, timeout=90, what="the 100 new rows")
+        wait_committed(ddb, app, stream, producer.sent)
+    finally:
+        stop_quietly(query)
+    rows = keys_of(first.rows()) + keys_of(second.rows())
+    assert sorted(rows) == sorted((p.shard_id, p.seq) for p in producer.sent)
+
+
+class RegressionWatch:
+    """Polls the stored positions and remembers any shard that moved backwards."""
+
+    def __init__(self, ddb, app):
+        self._store = CheckpointStore(ddb, TABLE, app)
+        self.regressions: list[str] = []
+        self.observations = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        seen: dict[str, str] = {}
+        while not self._stop.wait(0.05):
+            for key, pos in self._store.snapshot().positions().items():
+                order = order_key(pos)
+                if key in seen and order < seen[key]:
+                    self.regressions.append(f"{key}: {seen[key]} -> {order}")
+                seen[key] = max(order, seen.get(key, order))
+            self.observations += 1
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def test_second_query_with_the_same_application_fences_the_first(
+    spark, kinesis, ddb, make_stream, source_options, tmp_path
+):
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    producer.put(100)
+    options = {**source_options, "streamName": stream}
+    app = options["applicationName"]
+    one, two = Collector(), Collector()
+    q1 = start_query(spark, options, tmp_path / "ck1", one)
+    q2 = None
+    watch = RegressionWatch(ddb, app)
+    try:
+        wait_for(lambda: one.count() >= 100, timeout=90, what="q1 to read the backlog")
+        wait_committed(ddb, app, stream, producer.sent)
+        q2 = start_query(spark, options, tmp_path / "ck2", two)
+        wait_for(lambda: q2.lastProgress is not None, timeout=90, what="q2 to claim")
+        producer.put(100)
+        wait_for(lambda: not q1.isActive, timeout=90, what="q1 to be fenced")
+        wait_for(lambda: two.count() >= 100, timeout=90, what="q2 to read the new records")
+        wait_committed(ddb, app, stream, producer.sent)
+        message = str(q1.exception())
+        assert q2.isActive
+    finally:
+        watch.stop()
+        stop_quietly(q1)
+        if q2 is not None:
+            stop_quietly(q2)
+    assert "was claimed by another query" in message
+    assert f"application '{app}'" in message and TABLE in message
+    assert watch.observations > 5 and watch.regressions == []
+    # q1 stopped before reading the new records; q2 read each once
+    assert sorted(keys_of(two.rows())) == sorted((p.shard_id, p.seq) for p in producer.sent[100:])
+    assert not set(keys_of(one.rows())) & set(keys_of(two.rows()))
+
+
+def test_commit_callbacks_both_ways_once_per_commit(
+    spark, kinesis, ddb, make_stream, source_options, tmp_path
+):
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    fn_log = tmp_path / "fn.jsonl"
+
+    def on_commit(info):  # runs in Spark's helper process, pickled with the source class
+        line = {
+            "epoch": info.epoch,
+            "positions": {f"{s}/{sh}": seq for (s, sh), seq in sorted(info.positions.items())},
+            "ended": sorted(f"{s}/{sh}" for s, sh in info.ended),
+        }
+        with open(fn_log, "a") as fh:
+            fh.write(json.dumps(line, sort_keys=True) + "\n")
+
+    options = {**source_options, "streamName": stream, "onCommit": "tests.support.callbacks:record"}
+    app = options["applicationName"]
+    register(spark, on_commit=on_commit)
+    sink = Collector()
+    query = start_query(spark, options, tmp_path / "ck", sink)
+    try:
+        for total in (100, 200, 300):
+            producer.put(100)
+            wait_for(lambda: sink.count() >= total, timeout=90, what=f"{total} rows")
+            wait_committed(ddb, app, stream, producer.sent)
+        # No more data: the source's commit counter (in progress events) settles at the number
+        # of DynamoDB commits, which must equal the number of callback invocations.
+        calls = wait_for(
+            lambda: (
+                query.lastProgress
+                and source_report(query.lastProgress).get("ddbCommitCalls")
+                == len(fn_log.read_text().splitlines())
+                and len(fn_log.read_text().splitlines())
+            ),
+            timeout=30,
+            what="the commit counter to match the callback count",
+        )
+    finally:
+        stop_quietly(query)
+        register(spark)
+    by_fn = [json.loads(x) for x in fn_log.read_text().splitlines()]
+    by_option = [
+        json.loads(x)
+        for x in (Path(os.environ["KDDB_TEST_CALLBACK_DIR"]) / f"{app}.jsonl").read_text().splitlines()
+    ]
+    assert by_fn == by_option, "the two callbacks saw different commits"
+    assert len(by_fn) == calls >= 3, "one callback per DynamoDB commit"
+    final = {k: p.seq for k, p in stored(ddb, app).items()}
+    assert by_fn[-1]["positions"] == final
+    for before, after in zip(by_fn, by_fn[1:]):
+        for key, seq in before["positions"].items():
+            assert seq_key(after["positions"][key]) >= seq_key(seq)
+        assert after != before
+
+
+def test_raising_callback_fails_the_query_with_its_message(
+    spark, kinesis, make_stream, source_options, tmp_path
+):
+    stream = make_stream(1)
+    Producer(kinesis, stream).put(20)
+    options = {**source_options, "streamName": stream, "onCommit": "tests.support.callbacks:explode"}
+    query = start_query(spark, options, tmp_path / "ck", Collector())
+    try:
+        wait_for(lambda: not query.isActive, timeout=90, what="the query to fail")
+        message = str(query.exception())
+    finally:
+        stop_quietly(query)
+    assert "Commit callback explode raised ValueError: callback refuses epoch" in message
+    assert "onCommitErrors=log" in message
+
+
+def test_raising_callback_with_errors_logged_goes_on(
+    spark, kinesis, make_stream, source_options, tmp_path
+):
+    stream = make_stream(1)
+    producer = Producer(kinesis, stream)
+    producer.put(20)
+    options = {
+        **source_options,
+        "streamName": stream,
+        "onCommit": "tests.support.callbacks:explode",
+        "onCommitErrors": "log",
+    }
+    sink = Collector()
+    query = start_query(spark, options, tmp_path / "ck", sink)
+    try:
+        wait_for(lambda: sink.count() >= 20, timeout=90, what="20 rows")
+        producer.put(20)
+        wait_for(lambda: sink.count() >= 40, timeout=90, what="40 rows after a failed callback")
+        assert query.isActive
+    finally:
+        stop_quietly(query)
+
+
+def test_cli_show_export_reset_round_trip(
+    spark, kinesis, ddb, make_stream, source_options, tmp_path
+):
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    producer.put(100)
+    options = {**source_options, "streamName": stream}
+    app = options["applicationName"]
+    where = ["--app", app, "--endpoint-url", options["dynamodbEndpointUrl"], "--region", "us-east-1"]
+    first = Collector()
+    query = start_query(spark, options, tmp_path / "ck1", first)
+    try:
+        wait_for(lambda: first.count() >= 100, timeout=90, what="100 rows")
+        wait_committed(ddb, app, stream, producer.sent)
+    finally:
+        stop_quietly(query)
+    committed = stored(ddb, app)
+
+    shown = cli("checkpoints", "show", *where).stdout
+    for key, pos in committed.items():
+        assert key in shown and pos.to_str() in shown
+    assert "epoch" in shown
+
+    exported = tmp_path / "positions.json"
+    cli("checkpoints", "export", *where, "-o", str(exported))
+    assert json.loads(exported.read_text()) == {k: p.to_str() for k, p in committed.items()}
+
+    refused = cli("checkpoints", "reset", *where, "--to", "TRIM_HORIZON", check=False)
+    assert refused.returncode == 2 and "without --yes" in refused.stderr
+    assert stored(ddb, app) == committed
+
+    cli("checkpoints", "reset", *where, "--to", "TRIM_HORIZON", "--yes")
+    assert stored(ddb, app) == {}
+    cli("checkpoints", "reset", *where, "--to-file", str(exported), "--yes")
+
+    producer.put(50)
+    second = Collector()
+    query = start_query(spark, options, tmp_path / "ck2", second)
+    try:
+        wait_for(lambda: second.count() >= 50, timeout=90, what="the 50 new rows")
+        wait_committed(ddb, app, stream, producer.sent)
+    finally:
+        stop_quietly(query)
+    assert sorted(keys_of(second.rows())) == sorted((p.shard_id, p.seq) for p in producer.sent[100:])
+
+
+def test_missing_table_with_create_false_fails_naming_it(
+    spark, kinesis, make_stream, source_options, tmp_path
+):
+    stream = make_stream(1)
+    table = f"absent-{uuid.uuid4().hex[:6]}"
+    options = {**source_options, "streamName": stream, "checkpointTable": table, "createTable": "false"}
+    query = start_query(spark, options, tmp_path / "ck", Collector())
+    try:
+        wait_for(lambda: not query.isActive, timeout=90, what="the query to fail")
+        message = str(query.exception())
+    finally:
+        stop_quietly(query)
+    assert f"DynamoDB checkpoint table '{table}' does not exist" in message
+    assert "createTable" in message
+
+
+def test_table_with_wrong_key_schema_fails_naming_it(
+    spark, kinesis, ddb, make_stream, source_options, tmp_path
+):
+    stream = make_stream(1)
+    table = f"wrong-{uuid.uuid4().hex[:6]}"
+    ddb.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    options = {**source_options, "streamName": stream, "checkpointTable": table}
+    query = start_query(spark, options, tmp_path / "ck", Collector())
+    try:
+        wait_for(lambda: not query.isActive, timeout=90, what="the query to fail")
+        message = str(query.exception())
+    finally:
+        stop_quietly(query)
+    assert f"DynamoDB table '{table}' has key schema" in message
+    assert "partition key 'app' (S) and sort key 'key' (S)" in message
+
+
+def test_missing_application_name_fails_at_load(spark, source_options):
+    from pyspark.errors import PySparkException
+
+    options = {k: v for k, v in source_options.items() if k != "applicationName"}
+    with pytest.raises(PySparkException) as err:
+        spark.readStream.format("kinesis-ddb").options(**options).option("streamName", "s").load()
+    assert "Option 'applicationName' is required" in str(err.value)
+
+
+def test_recreated_stream_is_detected(
+    spark, kinesis, ddb, make_stream, source_options, tmp_path
+):
+    stream = make_stream(1)
+    Producer(kinesis, stream).put(10)
+    options = {**source_options, "streamName": stream}
+    sink = Collector()
+    query = start_query(spark, options, tmp_path / "ck1", sink)
+    try:
+        wait_for(lambda: sink.count() >= 10, timeout=90, what="10 rows")
+    finally:
+        stop_quietly(query)
+    kinesis.delete_stream(StreamName=stream)
+    wait_for(lambda: stream not in kinesis.list_streams()["StreamNames"], timeout=30, what="deletion")
+    kinesis.create_stream(StreamName=stream, ShardCount=1)
+    query = start_query(spark, options, tmp_path / "ck2", Collector())
+    try:
+        wait_for(lambda: not query.isActive, timeout=90, what="the query to fail")
+        message = str(query.exception())
+    finally:
+        stop_quietly(query)
+    assert f"Kinesis stream '{stream}' was deleted and re-created" in message
+    assert "checkpoints reset" in message

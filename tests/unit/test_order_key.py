@@ -1,0 +1,44 @@
+"""Committed positions order as strings exactly as they order in the shard."""
+
+import pytest
+
+from kinesis_source.checkpoints import advances, item_key, offset_key_of, order_key
+from kinesis_source.positions import Position
+
+SEQ = "49590338271490256608559692538361571095921575989136588898"
+
+
+def test_order_key_orders_like_integers():
+    assert order_key(Position.after("10")) > order_key(Position.after("9"))
+    assert order_key(Position.after(SEQ)) > order_key(Position.after("9" * 55))
+
+
+def test_order_within_a_record_and_shard_end():
+    at, sub1, sub2, after = (
+        Position.at(SEQ),
+        Position.after(SEQ, 1),
+        Position.after(SEQ, 2),
+        Position.after(SEQ),
+    )
+    assert order_key(at) < order_key(sub1) < order_key(sub2) < order_key(after)
+    assert order_key(after) < order_key(Position.shard_end())
+    assert order_key(Position.after("9" * 128)) < order_key(Position.shard_end())
+
+
+@pytest.mark.parametrize("start", [Position.trim_horizon(), Position.at_timestamp(__import__("datetime").datetime.now(__import__("datetime").timezone.utc))])
+def test_starting_points_are_not_commit_positions(start):
+    assert order_key(start) is None
+    assert not advances(start, None)
+
+
+def test_advances():
+    assert advances(Position.after("5"), None)
+    assert advances(Position.after("10"), Position.after("9"))
+    assert not advances(Position.after("9"), Position.after("10"))
+    assert not advances(Position.after("9"), Position.after("9"))
+    assert advances(Position.shard_end(), Position.after("9"))
+
+
+def test_item_keys_round_trip():
+    assert item_key("my.stream/shardId-000000000001") == "shard#my.stream#shardId-000000000001"
+    assert offset_key_of("shard#my.stream#shardId-000000000001") == "my.stream/shardId-000000000001"
