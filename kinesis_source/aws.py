@@ -8,11 +8,11 @@ kept out of ``repr``.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-import boto3
 from botocore.config import Config
 
 from .options import OptionError, SourceOptions
@@ -34,40 +34,31 @@ class AwsSettings:
     secret_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
     profile: str | None = None
+    role_arn: str | None = None
+    role_session_name: str = "kinesis-ddb"
+    role_external_id: str | None = field(default=None, repr=False)
+    sts_endpoint_url: str | None = None
     max_attempts: int = 10
 
     @staticmethod
     def for_kinesis(opts: SourceOptions) -> "AwsSettings":
         """Settings for the Kinesis client of a query."""
-        return AwsSettings(
-            region=opts.region,
-            endpoint_url=opts.endpoint_url,
-            access_key_id=opts.aws_access_key_id,
-            secret_key=opts.aws_secret_key,
-            session_token=opts.aws_session_token,
-            profile=opts.profile,
-            max_attempts=opts.max_retries,
-        )
+        return AwsSettings(region=opts.region, endpoint_url=opts.endpoint_url, **_credentials(opts))
 
     @staticmethod
     def for_dynamodb(opts: SourceOptions) -> "AwsSettings":
-        """Settings for the checkpoint table's client: same credentials as Kinesis."""
+        """Settings for the checkpoint table's client: the same credentials as Kinesis."""
         return AwsSettings(
             region=opts.dynamodb_region or opts.region,
             endpoint_url=opts.dynamodb_endpoint_url,
-            access_key_id=opts.aws_access_key_id,
-            secret_key=opts.aws_secret_key,
-            session_token=opts.aws_session_token,
-            profile=opts.profile,
-            max_attempts=opts.max_retries,
+            **_credentials(opts),
         )
 
-    def _config(self, **extra: Any) -> Config:
+    def _config(self) -> Config:
         return Config(
             retries={"mode": "standard", "max_attempts": self.max_attempts},
             connect_timeout=_CONNECT_TIMEOUT_S,
             read_timeout=_READ_TIMEOUT_S,
-            **extra,
         )
 
     def _client_kwargs(self) -> dict[str, Any]:
@@ -76,29 +67,59 @@ class AwsSettings:
             kwargs["region_name"] = self.region
         if self.endpoint_url:
             kwargs["endpoint_url"] = self.endpoint_url
-        if self.access_key_id:
-            kwargs["aws_access_key_id"] = self.access_key_id
-            kwargs["aws_secret_access_key"] = self.secret_key
-            if self.session_token:
-                kwargs["aws_session_token"] = self.session_token
         return kwargs
+
+    def _sts_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"region_name": self.region or "us-east-1"}
+        if self.sts_endpoint_url:
+            kwargs["endpoint_url"] = self.sts_endpoint_url
+        return kwargs
+
+    def _assume_role_args(self) -> dict[str, Any]:
+        args = {"RoleSessionName": self.role_session_name}
+        if self.role_external_id:
+            args["ExternalId"] = self.role_external_id
+        return args
+
+    def _base_session(self, session: Any) -> Any:
+        if self.access_key_id:
+            session.set_credentials(self.access_key_id, self.secret_key, self.session_token)
+        return session
 
     def boto3_client(self, service: str) -> Any:
         """A new synchronous client (thread-safe; share it within a process)."""
-        session = boto3.session.Session(profile_name=self.profile) if self.profile else (
-            boto3.session.Session()
+        import botocore.session
+        from botocore.credentials import (
+            AssumeRoleCredentialFetcher,
+            DeferredRefreshableCredentials,
         )
+
         try:
-            return session.client(service, config=self._config(), **self._client_kwargs())
+            session = self._base_session(botocore.session.Session(profile=self.profile))
+            if self.role_arn:
+                fetcher = AssumeRoleCredentialFetcher(
+                    client_creator=functools.partial(session.create_client, **self._sts_kwargs()),
+                    source_credentials=session.get_credentials(),
+                    role_arn=self.role_arn,
+                    extra_args=self._assume_role_args(),
+                )
+                # botocore has no public setter for refreshable credentials on a session.
+                session._credentials = DeferredRefreshableCredentials(
+                    refresh_using=fetcher.fetch_credentials, method="assume-role"
+                )
+            return session.create_client(service, config=self._config(), **self._client_kwargs())
         except Exception as exc:  # noqa: BLE001 - reworded below, original chained
             raise _config_error(service, exc) from exc
 
     async def aio_client(self, service: str) -> Any:
         """A new entered aiobotocore client; the caller closes it with ``__aexit__``."""
         from aiobotocore.config import AioConfig
+        from aiobotocore.credentials import (
+            AioAssumeRoleCredentialFetcher,
+            AioDeferredRefreshableCredentials,
+        )
         from aiobotocore.session import AioSession
 
-        session = AioSession(profile=self.profile) if self.profile else AioSession()
         base = self._config()
         config = AioConfig(
             retries=base.retries,
@@ -107,10 +128,35 @@ class AwsSettings:
             max_pool_connections=_ASYNC_POOL,
         )
         try:
+            session = self._base_session(AioSession(profile=self.profile))
+            if self.role_arn:
+                fetcher = AioAssumeRoleCredentialFetcher(
+                    client_creator=functools.partial(session.create_client, **self._sts_kwargs()),
+                    source_credentials=await session.get_credentials(),
+                    role_arn=self.role_arn,
+                    extra_args=self._assume_role_args(),
+                )
+                session._credentials = AioDeferredRefreshableCredentials(
+                    refresh_using=fetcher.fetch_credentials, method="assume-role"
+                )
             creator = session.create_client(service, config=config, **self._client_kwargs())
             return await creator.__aenter__()
         except Exception as exc:  # noqa: BLE001 - reworded below, original chained
             raise _config_error(service, exc) from exc
+
+
+def _credentials(opts: SourceOptions) -> dict[str, Any]:
+    return {
+        "access_key_id": opts.aws_access_key_id,
+        "secret_key": opts.aws_secret_key,
+        "session_token": opts.aws_session_token,
+        "profile": opts.profile,
+        "role_arn": opts.role_arn,
+        "role_session_name": opts.role_session_name,
+        "role_external_id": opts.role_external_id,
+        "sts_endpoint_url": opts.sts_endpoint_url,
+        "max_attempts": opts.max_retries,
+    }
 
 
 def _config_error(service: str, exc: Exception) -> Exception:

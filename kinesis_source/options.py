@@ -126,6 +126,22 @@ def _one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+_ROLE_RE = re.compile(r"^arn:aws[a-zA-Z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+_SESSION_RE = re.compile(r"^[\w+=,.@-]{2,64}$")
+
+
+def _role_arn(text: str) -> str:
+    if not _ROLE_RE.match(text.strip()):
+        raise ValueError("must be an IAM role ARN, e.g. arn:aws:iam::123456789012:role/reader")
+    return text.strip()
+
+
+def _session_name(text: str) -> str:
+    if not _SESSION_RE.match(text.strip()):
+        raise ValueError("must be 2-64 characters of letters, digits and +=,.@_-")
+    return text.strip()
+
+
 def _url(text: str) -> str:
     parsed = urlparse(text.strip())
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -369,6 +385,37 @@ class SourceOptions:
         _non_empty,
     )
 
+    role_arn: str | None = _option(
+        "roleArn",
+        "string",
+        None,
+        "IAM role to assume for Kinesis and DynamoDB alike, on the driver and the executors. "
+        "Its credentials are refreshed before they expire.",
+        _role_arn,
+    )
+    role_session_name: str = _option(
+        "roleSessionName",
+        "string",
+        "kinesis-ddb",
+        "Session name for `roleArn`.",
+        _session_name,
+    )
+    role_external_id: str | None = _option(
+        "roleExternalId",
+        "secret",
+        None,
+        "External id for `roleArn`, if the role's trust policy requires one. Never logged.",
+        _non_empty,
+        secret=True,
+    )
+    sts_endpoint_url: str | None = _option(
+        "stsEndpointUrl",
+        "string",
+        None,
+        "STS endpoint URL used to assume `roleArn`. Default: the region's.",
+        _url,
+    )
+
     def __post_init__(self) -> None:
         if bool(self.aws_access_key_id) != bool(self.aws_secret_key):
             raise OptionError(
@@ -379,6 +426,8 @@ class SourceOptions:
             raise OptionError(
                 "Option 'awsSessionToken' needs 'awsAccessKeyId' and 'awsSecretKey' as well"
             )
+        if (self.role_external_id or self.sts_endpoint_url) and not self.role_arn:
+            raise OptionError("Options 'roleExternalId' and 'stsEndpointUrl' need 'roleArn'")
         if self.profile and self.aws_access_key_id:
             raise OptionError(
                 "Options 'profile' and 'awsAccessKeyId' exclude each other: give one way of "
