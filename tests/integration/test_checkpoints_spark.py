@@ -22,6 +22,8 @@ from kinesis_source.positions import Position, seq_key
 from tests.support.producer import Producer
 from tests.support.spark_query import (
     Collector,
+    failure_of,
+    running,
     source_report,
     start_query,
     stop_quietly,
@@ -160,24 +162,16 @@ def test_graceful_stop_then_new_checkpoint_reads_nothing_twice(
     producer.put(200)
     options = {**source_options, "streamName": stream}
     app = options["applicationName"]
-    first = Collector()
-    query = start_query(spark, options, tmp_path / "ck1", first)
-    try:
+    with running(spark, options, tmp_path / "ck1") as (_, first):
         wait_for(lambda: first.count() >= 200, timeout=90, what="200 rows")
         producer.put(100)
         wait_for(lambda: first.count() >= 300, timeout=90, what="300 rows")
         # The eager commit writes the last batch's end on the next (idle) trigger, before any
         # later batch exists to trigger commit().
         wait_committed(ddb, app, stream, producer.sent)
-    finally:
-        stop_quietly(query)
     producer.put(50)
-    second = Collector()
-    query = start_query(spark, options, tmp_path / "ck2", second)  # new checkpoint location
-    try:
+    with running(spark, options, tmp_path / "ck2") as (_, second):  # a new checkpoint location
         wait_for(lambda: second.count() >= 50, timeout=90, what="the 50 new rows")
-    finally:
-        stop_quietly(query)
     rows = keys_of(first.rows()) + keys_of(second.rows())
     assert len(rows) == len(set(rows)) == 350
 
@@ -191,25 +185,17 @@ def test_same_spark_checkpoint_wins_over_dynamodb_behind_it(
     options = {**source_options, "streamName": stream}
     app = options["applicationName"]
     ck = tmp_path / "ck"
-    first = Collector()
-    query = start_query(spark, options, ck, first)
-    try:
+    with running(spark, options, ck) as (_, first):
         wait_for(lambda: first.count() >= 200, timeout=90, what="200 rows")
         wait_committed(ddb, app, stream, producer.sent)
-    finally:
-        stop_quietly(query)
     # DynamoDB falls behind Spark's checkpoint: the application is reset to TRIM_HORIZON.
     cli("checkpoints", "reset", "--app", app, "--to", "TRIM_HORIZON", "--yes",
         "--endpoint-url", options["dynamodbEndpointUrl"], "--region", "us-east-1")
     assert stored(ddb, app) == {}
     producer.put(100)
-    second = Collector()
-    query = start_query(spark, options, ck, second)  # the same Spark checkpoint
-    try:
+    with running(spark, options, ck) as (_, second):  # the same Spark checkpoint
         wait_for(lambda: second.count() >= 100, timeout=90, what="the 100 new rows")
         wait_committed(ddb, app, stream, producer.sent)
-    finally:
-        stop_quietly(query)
     rows = keys_of(first.rows()) + keys_of(second.rows())
     assert sorted(rows) == sorted((p.shard_id, p.seq) for p in producer.sent)
 
@@ -338,12 +324,7 @@ def test_raising_callback_fails_the_query_with_its_message(
     stream = make_stream(1)
     Producer(kinesis, stream).put(20)
     options = {**source_options, "streamName": stream, "onCommit": "tests.support.callbacks:explode"}
-    query = start_query(spark, options, tmp_path / "ck", Collector())
-    try:
-        wait_for(lambda: not query.isActive, timeout=90, what="the query to fail")
-        message = str(query.exception())
-    finally:
-        stop_quietly(query)
+    message = failure_of(spark, options, tmp_path / "ck")
     assert "Commit callback explode raised ValueError: callback refuses epoch" in message
     assert "onCommitErrors=log" in message
 
@@ -360,15 +341,11 @@ def test_raising_callback_with_errors_logged_goes_on(
         "onCommit": "tests.support.callbacks:explode",
         "onCommitErrors": "log",
     }
-    sink = Collector()
-    query = start_query(spark, options, tmp_path / "ck", sink)
-    try:
+    with running(spark, options, tmp_path / "ck") as (query, sink):
         wait_for(lambda: sink.count() >= 20, timeout=90, what="20 rows")
         producer.put(20)
         wait_for(lambda: sink.count() >= 40, timeout=90, what="40 rows after a failed callback")
         assert query.isActive
-    finally:
-        stop_quietly(query)
 
 
 def test_cli_show_export_reset_round_trip(
@@ -380,13 +357,9 @@ def test_cli_show_export_reset_round_trip(
     options = {**source_options, "streamName": stream}
     app = options["applicationName"]
     where = ["--app", app, "--endpoint-url", options["dynamodbEndpointUrl"], "--region", "us-east-1"]
-    first = Collector()
-    query = start_query(spark, options, tmp_path / "ck1", first)
-    try:
+    with running(spark, options, tmp_path / "ck1") as (_, first):
         wait_for(lambda: first.count() >= 100, timeout=90, what="100 rows")
         wait_committed(ddb, app, stream, producer.sent)
-    finally:
-        stop_quietly(query)
     committed = stored(ddb, app)
 
     shown = cli("checkpoints", "show", *where).stdout
@@ -407,13 +380,9 @@ def test_cli_show_export_reset_round_trip(
     cli("checkpoints", "reset", *where, "--to-file", str(exported), "--yes")
 
     producer.put(50)
-    second = Collector()
-    query = start_query(spark, options, tmp_path / "ck2", second)
-    try:
+    with running(spark, options, tmp_path / "ck2") as (_, second):
         wait_for(lambda: second.count() >= 50, timeout=90, what="the 50 new rows")
         wait_committed(ddb, app, stream, producer.sent)
-    finally:
-        stop_quietly(query)
     assert sorted(keys_of(second.rows())) == sorted((p.shard_id, p.seq) for p in producer.sent[100:])
 
 
@@ -423,12 +392,7 @@ def test_missing_table_with_create_false_fails_naming_it(
     stream = make_stream(1)
     table = f"absent-{uuid.uuid4().hex[:6]}"
     options = {**source_options, "streamName": stream, "checkpointTable": table, "createTable": "false"}
-    query = start_query(spark, options, tmp_path / "ck", Collector())
-    try:
-        wait_for(lambda: not query.isActive, timeout=90, what="the query to fail")
-        message = str(query.exception())
-    finally:
-        stop_quietly(query)
+    message = failure_of(spark, options, tmp_path / "ck")
     assert f"DynamoDB checkpoint table '{table}' does not exist" in message
     assert "createTable" in message
 
@@ -445,12 +409,7 @@ def test_table_with_wrong_key_schema_fails_naming_it(
         BillingMode="PAY_PER_REQUEST",
     )
     options = {**source_options, "streamName": stream, "checkpointTable": table}
-    query = start_query(spark, options, tmp_path / "ck", Collector())
-    try:
-        wait_for(lambda: not query.isActive, timeout=90, what="the query to fail")
-        message = str(query.exception())
-    finally:
-        stop_quietly(query)
+    message = failure_of(spark, options, tmp_path / "ck")
     assert f"DynamoDB table '{table}' has key schema" in message
     assert "partition key 'app' (S) and sort key 'key' (S)" in message
 
@@ -470,20 +429,11 @@ def test_recreated_stream_is_detected(
     stream = make_stream(1)
     Producer(kinesis, stream).put(10)
     options = {**source_options, "streamName": stream}
-    sink = Collector()
-    query = start_query(spark, options, tmp_path / "ck1", sink)
-    try:
+    with running(spark, options, tmp_path / "ck1") as (_, sink):
         wait_for(lambda: sink.count() >= 10, timeout=90, what="10 rows")
-    finally:
-        stop_quietly(query)
     kinesis.delete_stream(StreamName=stream)
     wait_for(lambda: stream not in kinesis.list_streams()["StreamNames"], timeout=30, what="deletion")
     kinesis.create_stream(StreamName=stream, ShardCount=1)
-    query = start_query(spark, options, tmp_path / "ck2", Collector())
-    try:
-        wait_for(lambda: not query.isActive, timeout=90, what="the query to fail")
-        message = str(query.exception())
-    finally:
-        stop_quietly(query)
+    message = failure_of(spark, options, tmp_path / "ck2")
     assert f"Kinesis stream '{stream}' was deleted and re-created" in message
     assert "checkpoints reset" in message

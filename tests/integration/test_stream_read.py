@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -13,7 +14,9 @@ from tests.support.producer import Producer
 from tests.support.spark_query import (
     Collector,
     commits_logged,
+    failure_of,
     offsets_logged,
+    running,
     source_report,
     start_query,
     stop_quietly,
@@ -155,14 +158,10 @@ def test_initial_position_at_timestamp_starts_at_the_right_record(
     after = producer.put(70)
     assert min(_arrivals(kinesis, stream, skip=len(before))) > cut
     iso = datetime.fromtimestamp(cut, tz=timezone.utc).isoformat()
-    sink = Collector()
     options = {**source_options, "streamName": stream, "initialPosition": f"AT_TIMESTAMP:{iso}"}
-    query = start_query(spark, options, tmp_path / "ck", sink)
-    try:
+    with running(spark, options, tmp_path / "ck") as (_, sink):
         wait_for(lambda: sink.count() >= 70, timeout=90, what="the records after the cut")
-        assert_exactly_once_in_order(sink.rows(), after)
-    finally:
-        stop_quietly(query)
+    assert_exactly_once_in_order(sink.rows(), after)
 
 
 def test_initial_position_json_starts_after_given_sequence_numbers(
@@ -179,14 +178,10 @@ def test_initial_position_json_starts_after_given_sequence_numbers(
     expected = [p for p in by_shard[shards[0]][10:]] + by_shard[shards[1]][1:] + by_shard[shards[2]]
     import json
 
-    sink = Collector()
     options = {**source_options, "streamName": stream, "initialPosition": json.dumps(named)}
-    query = start_query(spark, options, tmp_path / "ck", sink)
-    try:
+    with running(spark, options, tmp_path / "ck") as (_, sink):
         wait_for(lambda: sink.count() >= len(expected), timeout=90, what="records after the cut")
-        assert_exactly_once_in_order(sink.rows(), expected)
-    finally:
-        stop_quietly(query)
+    assert_exactly_once_in_order(sink.rows(), expected)
 
 
 def test_tail_probe_fetches_a_small_fraction_of_the_batch(
@@ -214,13 +209,7 @@ def test_tail_probe_fetches_a_small_fraction_of_the_batch(
 
 
 def test_missing_stream_fails_the_query_naming_it(spark, source_options, tmp_path):
-    sink = Collector()
-    query = start_query(spark, {**source_options, "streamName": "no-such-stream"}, tmp_path / "ck", sink)
-    try:
-        wait_for(lambda: not query.isActive, timeout=90, what="the query to fail")
-        message = str(query.exception())
-    finally:
-        stop_quietly(query)
+    message = failure_of(spark, {**source_options, "streamName": "no-such-stream"}, tmp_path / "ck")
     assert "Kinesis stream 'no-such-stream' was not found" in message
     assert "streamName" in message
 

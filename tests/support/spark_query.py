@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 @dataclass(frozen=True)
@@ -100,3 +101,25 @@ def source_report(progress: Any) -> dict:
 
     value = progress["sources"][0]["latestOffset"]
     return json.loads(value) if isinstance(value, str) else value
+
+
+@contextmanager
+def running(
+    spark: Any, options: dict[str, str], checkpoint: Path, sink: Collector | None = None, **kw: Any
+) -> Iterator[tuple[Any, Collector]]:
+    """Start a query for the ``with`` block and stop it afterwards, whatever happened."""
+    sink = sink if sink is not None else Collector()
+    query = start_query(spark, options, checkpoint, sink, **kw)
+    try:
+        yield query, sink
+    finally:
+        stop_quietly(query)
+
+
+def failure_of(spark: Any, options: dict[str, str], checkpoint: Path) -> str:
+    """Run a query that must fail; return its error message."""
+    from tests.support.waiting import wait_for
+
+    with running(spark, options, checkpoint) as (query, _):
+        wait_for(lambda: not query.isActive, timeout=90, what="the query to fail")
+        return str(query.exception())
