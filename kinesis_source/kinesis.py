@@ -105,8 +105,15 @@ class Page:
 
     @property
     def at_tip(self) -> bool:
-        """True when nothing was newer than this page when it was served (or the shard ended)."""
+        """True when the shard ended, or ``MillisBehindLatest`` said nothing newer was there
+        when the page was served. Real Kinesis reports it in whole milliseconds, so a page can
+        say 0 with records of the same millisecond still after it: see :meth:`caught_up`."""
         return self.next_iterator is None or self.behind_ms == 0
+
+    def caught_up(self, limit: int) -> bool:
+        """True when the reader has reached the tip: the shard ended, or the page is at the tip
+        and held fewer records than asked for (so none were left behind it)."""
+        return self.next_iterator is None or (self.behind_ms == 0 and len(self.records) < limit)
 
     @staticmethod
     def from_api(resp: dict) -> "Page":

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Awaitable, TypeVar
 
 from .aws import AwsSettings
-from .kinesis import AsyncKinesis, Page, ShardInfo, arrival_seconds
+from .kinesis import AsyncKinesis, ShardInfo, arrival_seconds
 from .options import InitialPosition, OptionError, SourceOptions
 from .positions import (
     AFTER,
@@ -97,23 +97,20 @@ class TailProber:
                 self._keep(stream, shard, start, page.next_iterator)
             return ProbeResult()
         first = page.records[0]
-        if page.at_tip:
-            self._keep(stream, shard, Position.after(first["SequenceNumber"]), page.next_iterator)
-            return ProbeResult(tip=first["SequenceNumber"])
-
         first_arrival = arrival_seconds(first)
         tip_arrival = first_arrival + page.behind_ms / 1000.0
         window = INITIAL_WINDOW_S
         while True:
             since = tip_arrival - window
-            if since <= first_arrival:
+            if since <= first_arrival or page.at_tip:
+                # The tip is at (or within a few ms of) the first new record: read on from it.
                 tip, cont = await self._read_to_tip(page.next_iterator)  # type: ignore[arg-type]
             else:
                 iterator = await k.iterator(
                     stream, shard, Position.at_timestamp(_utc(since))
                 )
                 tip, cont = await self._read_to_tip(iterator)
-            if tip is not None or since <= first_arrival:
+            if tip is not None or since <= first_arrival or page.at_tip:
                 break
             window *= WINDOW_GROWTH
         end = first["SequenceNumber"]
@@ -123,18 +120,19 @@ class TailProber:
             self._keep(stream, shard, Position.after(end), cont)
         return ProbeResult(tip=end)
 
-    async def _read_to_tip(self, iterator: str) -> tuple[str | None, str | None]:
+    async def _read_to_tip(self, iterator: str | None) -> tuple[str | None, str | None]:
         """Read pages until the tip; return the last sequence number and the iterator after it."""
         last = None
-        page: Page | None = None
         for _ in range(MAX_TIP_PAGES):
+            if iterator is None:  # the shard ended
+                break
             page = await self._kinesis.page(iterator, self._page_limit)
             if page.records:
                 last = page.records[-1]["SequenceNumber"]
-            if page.at_tip or page.next_iterator is None:
-                break
             iterator = page.next_iterator
-        return last, (page.next_iterator if page else None)
+            if page.caught_up(self._page_limit):
+                break
+        return last, iterator
 
     async def probe_all(
         self, starts: dict[tuple[str, str], Position], concurrency: int = 64

@@ -138,3 +138,10 @@ def test_plan_ranges_is_deterministic(start):
     a = Offset({"s/a": start})
     b = Offset({"s/a": Position.after("100")})
     assert plan_ranges(a, b) == plan_ranges(Offset.from_json(a.to_json()), Offset.from_json(b.to_json()))
+
+
+def test_records_of_one_millisecond_are_one_batch_not_one_each():
+    # Real Kinesis reports MillisBehindLatest in whole ms: 0 after the first of a burst
+    recs = [(str(10**55 + i), 7000.0) for i in range(50)]
+    fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
+    assert probe(prober, Position.trim_horizon()).tip == recs[-1][0]
