@@ -247,6 +247,8 @@ class AsyncKinesis:
                 raise _stream_not_found(stream, exc) from exc
             raise
         created = resp["StreamDescriptionSummary"]["StreamCreationTimestamp"]
+        if not isinstance(created, datetime):
+            created = datetime.fromtimestamp(float(created), tz=timezone.utc)
         return created.astimezone(timezone.utc).isoformat(timespec="milliseconds")
 
     async def iterator(self, stream: str, shard_id: str, position: Position) -> str:
