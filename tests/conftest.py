@@ -11,6 +11,7 @@ import boto3
 import pytest
 
 from kinesis_source.local import LOCAL_CREDENTIALS, LocalEndpoint
+from tests.support.kinesis_local import KinesisLocal
 from tests.support.waiting import wait_for
 
 # Spark's helper and worker processes inherit the environment of this process: they must run
@@ -27,17 +28,47 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 os.environ.setdefault("KDDB_TEST_CALLBACK_DIR", tempfile.mkdtemp(prefix="kddb-callbacks-"))
 
 
+BACKENDS = ["moto", "kinesis-local"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "backends(*names): Kinesis implementations a test runs on")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Drop the parametrizations of tests marked for other Kinesis backends."""
+    keep, drop = [], []
+    for item in items:
+        marker = item.get_closest_marker("backends")
+        backend = getattr(item, "callspec", None) and item.callspec.params.get("kinesis_backend")
+        (drop if marker and backend and backend not in marker.args else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture(scope="session")
 def endpoint():
-    """A moto server on a free 127.0.0.1 port for the whole session."""
+    """A moto server on a free 127.0.0.1 port for the whole session (DynamoDB, and Kinesis for
+    the moto backend)."""
     with LocalEndpoint() as ep:
         yield ep
 
 
+@pytest.fixture(scope="session", params=BACKENDS)
+def kinesis_backend(request, endpoint):
+    """The Kinesis implementation under test: moto server or kinesis-local; yields its URL."""
+    if request.param == "moto":
+        yield endpoint.url
+        return
+    with KinesisLocal() as server:
+        yield server.url
+
+
 @pytest.fixture(scope="session")
-def kinesis(endpoint):
-    """A boto3 Kinesis client on the local endpoint."""
-    return boto3.client("kinesis", endpoint_url=endpoint.url, region_name="us-east-1")
+def kinesis(kinesis_backend):
+    """A boto3 Kinesis client on the backend under test."""
+    return boto3.client("kinesis", endpoint_url=kinesis_backend, region_name="us-east-1")
 
 
 @pytest.fixture
@@ -84,12 +115,12 @@ def spark():
 
 
 @pytest.fixture
-def source_options(endpoint):
-    """Options every test query needs to reach the local endpoint."""
+def source_options(endpoint, kinesis_backend):
+    """Options every test query needs to reach the local endpoints."""
     return {
         "applicationName": f"app-{uuid.uuid4().hex[:10]}",
         "dynamodbEndpointUrl": endpoint.url,
-        "endpointUrl": endpoint.url,
+        "endpointUrl": kinesis_backend,
         "region": "us-east-1",
         "awsAccessKeyId": "local",
         "awsSecretKey": "local",

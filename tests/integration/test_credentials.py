@@ -9,7 +9,7 @@ from tests.support.proxy import RecordingProxy
 from tests.support.spark_query import Collector, start_query, stop_quietly
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.backends("moto")]
 
 KINESIS_OPS = {"ListShards", "GetShardIterator", "GetRecords", "DescribeStreamSummary"}
 DYNAMODB_OPS = {"DescribeTable", "UpdateItem", "Query", "TransactWriteItems", "GetItem"}

@@ -1,0 +1,108 @@
+"""kinesis-local (the npm build of kinesis-mock) as a test server on 127.0.0.1.
+
+The package binds 0.0.0.0 with no option to change it, so a private copy of ``main.js`` with the
+host literal replaced by 127.0.0.1 is what runs. Every ``*_DURATION`` is 0 ms: streams and
+reshards are ready at once, and a DeleteStream of a missing stream cannot delete a new stream of
+the same name half a second later.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from kinesis_source.local import free_port
+
+PACKAGE = Path(__file__).resolve().parents[1] / "kinesis_local" / "node_modules" / "kinesis-local"
+_BIND_ANY = 'em("0.0.0.0")'
+_BIND_LOOPBACK = 'em("127.0.0.1")'
+_DURATIONS = [
+    "CREATE_STREAM_DURATION",
+    "DELETE_STREAM_DURATION",
+    "REGISTER_STREAM_CONSUMER_DURATION",
+    "DEREGISTER_STREAM_CONSUMER_DURATION",
+    "START_STREAM_ENCRYPTION_DURATION",
+    "STOP_STREAM_ENCRYPTION_DURATION",
+    "MERGE_SHARDS_DURATION",
+    "SPLIT_SHARD_DURATION",
+    "UPDATE_SHARD_COUNT_DURATION",
+    "UPDATE_STREAM_MODE_DURATION",
+]
+
+
+class KinesisLocal:
+    """``with KinesisLocal() as kl: kl.url``."""
+
+    def __init__(self) -> None:
+        self.port: int | None = None
+        self._dir: str | None = None
+        self._proc: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<plain port>``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "KinesisLocal":
+        """Start on free ports and wait until the plain port accepts connections."""
+        main_js = PACKAGE / "main.js"
+        if not main_js.exists():
+            raise RuntimeError(f"kinesis-local is not installed at {PACKAGE}: run ./dev setup")
+        self._dir = tempfile.mkdtemp(prefix="kinesis-local-")
+        source = main_js.read_text()
+        if source.count(_BIND_ANY) != 1:
+            raise RuntimeError("kinesis-local's bind address was not found: is it another version?")
+        Path(self._dir, "main.js").write_text(source.replace(_BIND_ANY, _BIND_LOOPBACK))
+        shutil.copy(PACKAGE / "server.json", self._dir)  # TLS port's certificate, read from cwd
+        self.port = free_port()
+        env = dict(os.environ)
+        env.update({name: "0ms" for name in _DURATIONS})
+        env.update(
+            KINESIS_MOCK_PLAIN_PORT=str(self.port),
+            KINESIS_MOCK_TLS_PORT=str(free_port()),
+            SHARD_LIMIT="2000",
+            LOG_LEVEL="WARN",
+        )
+        self._log = open(Path(self._dir, "server.log"), "wb")
+        self._proc = subprocess.Popen(
+            ["node", "main.js"], cwd=self._dir, env=env, stdout=self._log, stderr=subprocess.STDOUT
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"kinesis-local exited: {Path(self._dir, 'server.log').read_text()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("kinesis-local did not start listening in 60 s")
+
+    def stop(self) -> None:
+        """Stop the server and remove its private copy."""
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+        if self._log is not None:
+            self._log.close()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __enter__(self) -> "KinesisLocal":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
