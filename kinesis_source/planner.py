@@ -23,6 +23,7 @@ from typing import Awaitable, TypeVar
 
 from .aws import AwsSettings
 from .kinesis import AsyncKinesis, ShardInfo, arrival_seconds
+from .lineage import probe_starts, retire_finished
 from .options import InitialPosition, OptionError, SourceOptions
 from .positions import (
     AFTER,
@@ -170,6 +171,7 @@ class Planner:
         self._shards: dict[str, list[ShardInfo]] = {}
         self._listed_at = float("-inf")
         self._last_probe: tuple[str, Offset, float] | None = None
+        self._relist = False
         self.probes = 0
 
     # -- runtime -------------------------------------------------------------------------
@@ -275,13 +277,9 @@ class Planner:
         return self._last_probe[1] if self._last_probe is not None else None
 
     async def _probe(self, start: Offset) -> Offset:
-        listing = await self._listing()
-        starts: dict[tuple[str, str], Position] = {}
-        for stream, shards in listing.items():
-            for shard in shards:
-                pos = start.shards.get(shard_key(stream, shard.shard_id), Position.trim_horizon())
-                if not pos.is_shard_end:
-                    starts[(stream, shard.shard_id)] = pos
+        listing = await self._listing(force=self._relist)
+        self._relist = False
+        starts = probe_starts(listing, start.shards)
         results = await self._prober_ready().probe_all(starts)
         self.probes += 1
         positions = dict(start.shards)
@@ -291,7 +289,12 @@ class Planner:
                 positions[key] = Position.after(result.tip)
             elif result.ended:
                 positions[key] = Position.shard_end()
-        return Offset(positions)
+                self._relist = True  # its children are what comes next
+            elif key not in positions:
+                # A newly eligible shard joins the offset at once, even empty, so that its
+                # parents can leave it.
+                positions[key] = starts[(stream, shard_id)]
+        return Offset(retire_finished(listing, positions))
 
     def stats(self) -> dict[str, int]:
         """Driver-side probe cost so far: calls made and records fetched."""

@@ -1,0 +1,107 @@
+"""Pure functions over the shard graph: which shards to read now, which have left the offset.
+
+Resharding closes shards and opens children (a split: two children of one parent; a merge: one
+child of two parents). Records of one partition key move from parent to child, so a child is
+read only after every parent is at ``SHARD_END`` in a committed batch (the ``start`` offset):
+parent before child, as KCL and Flink do.
+
+A closed shard at ``SHARD_END`` leaves the offset once all its children are in it, so the offset
+does not grow across reshards. A shard that is listed but not in the offset is then either
+finished (one of its descendants is in the offset) or new (none is): only new shards start, at
+``TRIM_HORIZON``, once eligible.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .kinesis import ShardInfo
+from .positions import Position, shard_key, split_shard_key
+
+
+def _parents(shard: ShardInfo) -> list[str]:
+    return [p for p in (shard.parent, shard.adjacent_parent) if p]
+
+
+def _children(shards: list[ShardInfo]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for shard in shards:
+        for parent in _parents(shard):
+            out.setdefault(parent, []).append(shard.shard_id)
+    return out
+
+
+def _has_tracked_descendant(
+    shard_id: str, children: dict[str, list[str]], tracked: set[str]
+) -> bool:
+    todo, seen = list(children.get(shard_id, [])), set()
+    while todo:
+        child = todo.pop()
+        if child in seen:
+            continue
+        seen.add(child)
+        if child in tracked:
+            return True
+        todo.extend(children.get(child, []))
+    return False
+
+
+def _finished(
+    shard_id: str,
+    by_id: dict[str, ShardInfo],
+    children: dict[str, list[str]],
+    stream: str,
+    positions: Mapping[str, Position],
+) -> bool:
+    """True when every record of ``shard_id`` is behind the committed positions."""
+    pos = positions.get(shard_key(stream, shard_id))
+    if pos is not None:
+        return pos.is_shard_end
+    if shard_id not in by_id:
+        return True  # expired or never known: nothing of it is left to read
+    tracked = {k for k in by_id if shard_key(stream, k) in positions}
+    return _has_tracked_descendant(shard_id, children, tracked)
+
+
+def probe_starts(
+    listing: Mapping[str, list[ShardInfo]], start: Mapping[str, Position]
+) -> dict[tuple[str, str], Position]:
+    """The shards to probe for the next batch, and the position each one starts at.
+
+    A shard is read only once all its parents are finished. Tracked shards continue from their
+    position (unless at ``SHARD_END``); an untracked new shard starts at ``TRIM_HORIZON``.
+    """
+    out: dict[tuple[str, str], Position] = {}
+    for stream, shards in listing.items():
+        by_id = {s.shard_id: s for s in shards}
+        children = _children(shards)
+        tracked = {s.shard_id for s in shards if shard_key(stream, s.shard_id) in start}
+        for shard in shards:
+            pos = start.get(shard_key(stream, shard.shard_id))
+            if pos is not None and pos.is_shard_end:
+                continue
+            if pos is None and _has_tracked_descendant(shard.shard_id, children, tracked):
+                continue  # finished and retired from the offset
+            if all(_finished(p, by_id, children, stream, start) for p in _parents(shard)):
+                out[(stream, shard.shard_id)] = pos or Position.trim_horizon()
+    return out
+
+
+def retire_finished(
+    listing: Mapping[str, list[ShardInfo]], positions: Mapping[str, Position]
+) -> dict[str, Position]:
+    """``positions`` without the shards at ``SHARD_END`` whose children are all tracked, and
+    without shards at ``SHARD_END`` that are no longer listed."""
+    listed = {stream: {s.shard_id for s in shards} for stream, shards in listing.items()}
+    children = {stream: _children(shards) for stream, shards in listing.items()}
+    out = dict(positions)
+    for key, pos in positions.items():
+        stream, shard_id = split_shard_key(key)
+        if not pos.is_shard_end or stream not in listing:
+            continue
+        kids = children[stream].get(shard_id, [])
+        if shard_id not in listed[stream] or (
+            kids and all(shard_key(stream, c) in positions for c in kids)
+        ):
+            del out[key]
+    return out

@@ -1,0 +1,86 @@
+"""Parent-before-child reading and retiring finished shards from the offset."""
+
+from kinesis_source.kinesis import ShardInfo
+from kinesis_source.lineage import probe_starts, retire_finished
+from kinesis_source.positions import Position
+
+TH, END = Position.trim_horizon(), Position.shard_end()
+
+# p split into c1 and c2; a and b merged into m
+SPLIT = [
+    ShardInfo("p", ending_seq="100"),
+    ShardInfo("c1", parent="p"),
+    ShardInfo("c2", parent="p"),
+]
+MERGE = [
+    ShardInfo("a", ending_seq="50"),
+    ShardInfo("b", ending_seq="60"),
+    ShardInfo("m", parent="a", adjacent_parent="b"),
+]
+
+
+def starts(shards, positions):
+    return {shard for (_, shard) in probe_starts({"s": shards}, {f"s/{k}": v for k, v in positions.items()})}
+
+
+def test_children_wait_until_the_parent_is_at_shard_end():
+    assert starts(SPLIT, {"p": TH, "c1": TH, "c2": TH}) == {"p"}
+    assert starts(SPLIT, {"p": Position.after("99"), "c1": TH, "c2": TH}) == {"p"}
+    assert starts(SPLIT, {"p": END, "c1": TH, "c2": TH}) == {"c1", "c2"}
+
+
+def test_new_children_start_at_trim_horizon_once_the_parent_ended():
+    out = probe_starts({"s": SPLIT}, {"s/p": END})
+    assert out == {("s", "c1"): TH, ("s", "c2"): TH}
+    assert probe_starts({"s": SPLIT}, {"s/p": Position.after("5")}) == {("s", "p"): Position.after("5")}
+
+
+def test_merge_child_waits_for_both_parents():
+    assert starts(MERGE, {"a": END, "b": Position.after("1")}) == {"b"}
+    assert starts(MERGE, {"a": END, "b": END}) == {"m"}
+
+
+def test_retired_parent_is_finished_and_not_read_again():
+    # p left the offset once c1 and c2 were in it: it must not restart at TRIM_HORIZON
+    assert starts(SPLIT, {"c1": Position.after("7"), "c2": TH}) == {"c1", "c2"}
+
+
+def test_expired_parent_counts_as_finished():
+    assert starts([ShardInfo("c1", parent="gone")], {}) == {"c1"}
+
+
+def test_shards_at_shard_end_are_not_probed():
+    assert starts(SPLIT, {"p": END, "c1": END, "c2": Position.after("3")}) == {"c2"}
+
+
+def test_parent_retires_once_all_children_are_tracked():
+    listing = {"s": SPLIT}
+    assert retire_finished(listing, {"s/p": END, "s/c1": TH}) == {"s/p": END, "s/c1": TH}
+    assert retire_finished(listing, {"s/p": END, "s/c1": TH, "s/c2": Position.after("1")}) == {
+        "s/c1": TH,
+        "s/c2": Position.after("1"),
+    }
+    # not at its end yet: stays
+    assert "s/p" in retire_finished(listing, {"s/p": Position.after("1"), "s/c1": TH, "s/c2": TH})
+
+
+def test_unlisted_shard_at_its_end_leaves_the_offset():
+    assert retire_finished({"s": SPLIT[1:]}, {"s/gone": END, "s/c1": TH}) == {"s/c1": TH}
+
+
+def test_offset_stays_bounded_over_many_reshards():
+    # a chain of 50 splits, each parent ending and its children starting in turn
+    shards = [ShardInfo("g0", ending_seq="1")]
+    for i in range(1, 51):
+        shards.append(ShardInfo(f"g{i}", parent=f"g{i - 1}", ending_seq=None if i == 50 else "1"))
+    positions = {"s/g0": TH}
+    for _ in range(200):
+        todo = probe_starts({"s": shards}, positions)
+        if not todo:
+            break
+        for (_, shard), pos in todo.items():
+            closed = next(s for s in shards if s.shard_id == shard).is_closed
+            positions[f"s/{shard}"] = END if closed else Position.after("5")
+        positions = retire_finished({"s": shards}, positions)
+        assert len(positions) <= 2
+    assert positions == {"s/g50": Position.after("5")}
