@@ -292,6 +292,15 @@ class SourceOptions:
         "Least time between two `ListShards` scans for new shards.",
         _int_in(0),
     )
+    on_corrupt_aggregate: str = _option(
+        "onCorruptAggregate",
+        "string",
+        "fail",
+        "A record with the KPL aggregation magic that does not decode (bad MD5, truncated): "
+        "`fail` fails the query naming shard and sequence number; `skip` drops it with a "
+        "warning in the executor log.",
+        _one_of("fail", "skip"),
+    )
     max_retries: int = _option(
         "maxRetries",
         "int",

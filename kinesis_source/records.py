@@ -7,6 +7,9 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
+from . import kpl
+from .positions import AFTER, ShardRange
+
 SCHEMA_DDL = (
     "data binary, streamName string, shardId string, partitionKey string, "
     "sequenceNumber string, subSequenceNumber long, approximateArrivalTimestamp timestamp"
@@ -56,3 +59,17 @@ def to_record_batch(stream: str, shard_id: str, records: Sequence[dict]) -> pa.R
         ],
         schema=ARROW_SCHEMA,
     )
+
+
+def user_records(records: Sequence[dict], rng: ShardRange, on_corrupt: str) -> list[dict]:
+    """The user records of a page of ``rng``: aggregates expanded; when the range starts inside
+    an aggregate (``AFTER:<seq>:<sub>``), the user records up to ``sub`` are dropped."""
+    out, _ = kpl.expand(records, f"{rng.stream}/{rng.shard_id}", on_corrupt)
+    start = rng.start
+    if start.kind == AFTER and start.sub_seq is not None:
+        out = [
+            r
+            for r in out
+            if r["SequenceNumber"] != start.seq or r.get("SubSequenceNumber", 0) > start.sub_seq
+        ]
+    return out

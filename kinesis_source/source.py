@@ -20,7 +20,7 @@ from .kinesis import RangeReader
 from .options import SourceOptions
 from .planner import Planner, plan_ranges
 from .positions import Offset, ShardRange
-from .records import SCHEMA_DDL, to_record_batch
+from .records import SCHEMA_DDL, to_record_batch, user_records
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +30,12 @@ FORMAT_NAME = "kinesis-ddb"
 class RangePartition(InputPartition):
     """One exact shard range plus what an executor needs to read it."""
 
-    def __init__(self, rng: ShardRange, settings: AwsSettings, page_limit: int) -> None:
+    def __init__(self, rng: ShardRange, settings: AwsSettings, opts: SourceOptions) -> None:
         super().__init__(str(rng))
         self.range = rng
         self.settings = settings
-        self.page_limit = page_limit
+        self.page_limit = opts.max_records_per_fetch
+        self.on_corrupt = opts.on_corrupt_aggregate
 
     def __repr__(self) -> str:
         # The default repr lists every attribute; the settings hold secrets.
@@ -137,7 +138,7 @@ class KinesisStreamReader(DataSourceStreamReader):
         """One partition per shard range that holds records."""
         settings = AwsSettings.for_kinesis(self._opts)
         ranges = plan_ranges(Offset.from_dict(start), Offset.from_dict(end))
-        return [RangePartition(r, settings, self._opts.max_records_per_fetch) for r in ranges]
+        return [RangePartition(r, settings, self._opts) for r in ranges]
 
     def read(self, partition: RangePartition) -> Iterator[Any]:
         """Replay one range in order as Arrow batches (runs on an executor)."""
@@ -145,7 +146,9 @@ class KinesisStreamReader(DataSourceStreamReader):
         client = shared_client(partition.settings, "kinesis")
         reader = RangeReader(client, rng, partition.page_limit)
         for records in reader.pages():
-            yield to_record_batch(rng.stream, rng.shard_id, records)
+            users = user_records(records, rng, partition.on_corrupt)
+            if users:
+                yield to_record_batch(rng.stream, rng.shard_id, users)
 
     def commit(self, end: dict) -> None:
         """Spark finished every batch up to ``end``: write it to DynamoDB (fenced)."""

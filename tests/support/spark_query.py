@@ -17,6 +17,8 @@ class Row:
     seq: str
     data: bytes
     stream: str
+    partition_key: str = ""
+    sub_seq: int = 0
 
 
 @dataclass
@@ -33,7 +35,14 @@ class Collector:
 
     def __call__(self, df: Any, batch_id: int) -> None:
         rows = [
-            Row(r["shardId"], r["sequenceNumber"], bytes(r["data"]), r["streamName"])
+            Row(
+                r["shardId"],
+                r["sequenceNumber"],
+                bytes(r["data"]),
+                r["streamName"],
+                r["partitionKey"],
+                r["subSequenceNumber"],
+            )
             for r in df.collect()
         ]
         with self._lock:
