@@ -9,6 +9,7 @@ kept out of ``repr``.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 from botocore.config import Config
 
 from .options import OptionError, SourceOptions
+
+log = logging.getLogger(__name__)
 
 # Connect and read timeouts: a dead endpoint should surface as a retried timeout, not a hang.
 _CONNECT_TIMEOUT_S = 10
@@ -68,6 +71,7 @@ class AwsSettings:
     role_external_id: str | None = field(default=None, repr=False)
     sts_endpoint_url: str | None = None
     max_attempts: int = 10
+    retry_base_delay_ms: int = 1000
 
     @staticmethod
     def for_kinesis(opts: SourceOptions) -> "AwsSettings":
@@ -137,7 +141,9 @@ class AwsSettings:
                     refresh_using=fetcher.fetch_credentials, method="assume-role"
                 )
             _tune(session, service)
-            return session.create_client(service, config=self._config(), **self._client_kwargs())
+            client = session.create_client(service, config=self._config(), **self._client_kwargs())
+            _scale_backoff(client, self.retry_base_delay_ms)
+            return client
         except Exception as exc:  # noqa: BLE001 - reworded below, original chained
             raise _config_error(service, exc) from exc
 
@@ -171,7 +177,9 @@ class AwsSettings:
                 )
             _tune(session, service)
             creator = session.create_client(service, config=config, **self._client_kwargs())
-            return await creator.__aenter__()
+            client = await creator.__aenter__()
+            _scale_backoff(client, self.retry_base_delay_ms)
+            return client
         except Exception as exc:  # noqa: BLE001 - reworded below, original chained
             raise _config_error(service, exc) from exc
 
@@ -187,7 +195,31 @@ def _credentials(opts: SourceOptions) -> dict[str, Any]:
         "role_external_id": opts.role_external_id,
         "sts_endpoint_url": opts.sts_endpoint_url,
         "max_attempts": opts.max_retries,
+        "retry_base_delay_ms": opts.retry_base_delay_ms,
     }
+
+
+def _scale_backoff(client: Any, base_ms: int) -> None:
+    """Set the base of the standard retry mode's backoff on one client.
+
+    botocore has no setting for it: the scale lives on the backoff object of the client's
+    ``needs-retry`` handler. If a botocore release moves it, the default backoff stays and a
+    warning says so.
+    """
+    service = client.meta.service_model.service_id.hyphenize()
+    emitter = getattr(client.meta.events, "_emitter", client.meta.events)
+    entry = getattr(emitter, "_unique_id_handlers", {}).get(f"retry-config-{service}", {})
+    handler = getattr(entry.get("handler"), "__self__", None)
+    backoff = getattr(getattr(handler, "_retry_policy", None), "_retry_backoff", None)
+    if backoff is None or not hasattr(backoff, "_DEFAULT_BACKOFF_CONFIG"):
+        log.warning("retryBaseDelayMs is not applied: this botocore keeps its backoff elsewhere")
+        return
+    scale = base_ms / 1000
+    backoff._DEFAULT_BACKOFF_CONFIG = {
+        "throttling_base_scale": scale,
+        "non_throttling_base_scale": scale / 20,
+    }
+    backoff._SERVICE_BACKOFF_CONFIG = {}
 
 
 def _config_error(service: str, exc: Exception) -> Exception:

@@ -24,7 +24,7 @@ from tenacity import (
     stop_after_attempt,
 )
 
-from .positions import Position, ShardRange, seq_key
+from .positions import AFTER, AT, Position, ShardRange, seq_key
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,45 @@ class KinesisSourceError(RuntimeError):
 
 class RangeIncompleteError(KinesisSourceError):
     """A planned range could not be read to its end."""
+
+
+class DataLossError(KinesisSourceError):
+    """Records after a position are gone (trimmed by retention, or the shard deleted)."""
+
+
+INVALID_ARGUMENT = "InvalidArgumentException"
+
+
+def opening_position(start: Position) -> Position:
+    """Where to open an iterator to read after ``start`` *and* see that its record is still
+    there: ``AFTER:s`` opens at ``AT:s`` (one extra record), so a trimmed ``s`` shows."""
+    if start.kind == AFTER:
+        return Position.at(start.seq)  # type: ignore[arg-type]
+    return start
+
+
+def check_opening(records: list[dict], start: Position) -> tuple[list[dict], str | None]:
+    """The records of the first page after ``start`` (read from :func:`opening_position`),
+    and, if ``start``'s record is gone, the sequence number the read landed on instead."""
+    if start.kind not in (AT, AFTER) or not records:
+        return records, None
+    first = records[0]["SequenceNumber"]
+    if first != start.seq:
+        return records, first  # landed past the position: its record was trimmed
+    if start.kind == AFTER and start.sub_seq is None:
+        return records[1:], None
+    return records, None
+
+
+def data_loss_message(stream: str, shard_id: str, start: Position, landed: str | None) -> str:
+    """The error for records lost after ``start`` (names stream, shard, position, remedy)."""
+    where = f"the oldest record left is {landed}" if landed else "the position was rejected"
+    return (
+        f"Records of Kinesis stream '{stream}' shard '{shard_id}' after position {start} are no "
+        f"longer in the stream (older than its retention period, or trimmed): {where}. Set "
+        "option failOnDataLoss=false to go on from the oldest record left, or move the "
+        "application with `kinesis-ddb checkpoints reset`."
+    )
 
 
 def error_code(exc: BaseException) -> str | None:
@@ -135,18 +174,29 @@ def _stream_not_found(stream: str, exc: BaseException) -> KinesisSourceError:
 class RangeReader:
     """Replays one exact :class:`ShardRange` with a synchronous client, page by page."""
 
-    def __init__(self, client: Any, rng: ShardRange, limit: int) -> None:
+    def __init__(
+        self, client: Any, rng: ShardRange, limit: int, fail_on_data_loss: bool = True
+    ) -> None:
         self._client = client
         self._range = rng
         self._limit = limit
+        self._fail_on_data_loss = fail_on_data_loss
         self._iterator: str | None = None
         self._last_seq: str | None = None
+        self._opened = False
         self.calls = 0
 
     def _resume_position(self) -> Position:
         if self._last_seq is None:
-            return self._range.start
+            return opening_position(self._range.start)
         return Position.after(self._last_seq)
+
+    def _lost(self, landed: str | None) -> None:
+        rng = self._range
+        message = data_loss_message(rng.stream, rng.shard_id, rng.start, landed)
+        if self._fail_on_data_loss:
+            raise DataLossError(message)
+        log.warning("%s Going on (failOnDataLoss=false).", message)
 
     def _fetch(self) -> Page:
         for attempt in Retrying(**_expiry_retry()):
@@ -177,6 +227,14 @@ class RangeReader:
         except ClientError as exc:
             if error_code(exc) == NOT_FOUND:
                 raise _stream_not_found(rng.stream, exc) from exc
+            if error_code(exc) == INVALID_ARGUMENT and self._last_seq is None:
+                self._lost(None)  # the start position itself was refused
+                self.calls += 1
+                resp = self._client.get_shard_iterator(
+                    StreamName=rng.stream, ShardId=rng.shard_id, ShardIteratorType="TRIM_HORIZON"
+                )
+                self._opened = True
+                return resp["ShardIterator"]
             raise
         return resp["ShardIterator"]
 
@@ -187,6 +245,11 @@ class RangeReader:
         while True:
             page = self._fetch()
             self._iterator = page.next_iterator
+            if not self._opened and page.records:
+                self._opened = True
+                page.records, landed = check_opening(page.records, rng.start)
+                if landed is not None:
+                    self._lost(landed)
             out = []
             done = False
             for rec in page.records:

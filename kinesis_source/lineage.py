@@ -105,3 +105,16 @@ def retire_finished(
         ):
             del out[key]
     return out
+
+
+def gone_shards(
+    listing: Mapping[str, list[ShardInfo]], positions: Mapping[str, Position]
+) -> list[str]:
+    """Tracked shards not read to their end that the listing no longer has (expired past
+    retention, or deleted with their stream): their unread records are lost."""
+    listed = {shard_key(st, s.shard_id) for st, shards in listing.items() for s in shards}
+    return sorted(
+        key
+        for key, pos in positions.items()
+        if not pos.is_shard_end and key not in listed and split_shard_key(key)[0] in listing
+    )

@@ -363,6 +363,24 @@ class SourceOptions:
         "`log` logs it and goes on.",
         _one_of("fail", "log"),
     )
+    fail_on_data_loss: bool = _option(
+        "failOnDataLoss",
+        "bool",
+        True,
+        "When a shard's position is older than the stream's retention (its records were "
+        "trimmed), or a tracked shard or stream is gone: `true` fails the query naming the "
+        "stream, shard and position; `false` logs a warning and goes on from the oldest record "
+        "left (TRIM_HORIZON).",
+        _bool,
+    )
+    retry_base_delay_ms: int = _option(
+        "retryBaseDelayMs",
+        "int",
+        1000,
+        "Base of botocore's exponential backoff (full jitter, capped at 20 s) for throttling "
+        "errors; 5xx and network errors use a twentieth of it.",
+        _int_in(1, 60000),
+    )
     aws_access_key_id: str | None = _option(
         "awsAccessKeyId",
         "string",

@@ -22,8 +22,22 @@ from dataclasses import dataclass
 from typing import Awaitable, TypeVar
 
 from .aws import AwsSettings
-from .kinesis import AsyncKinesis, ShardInfo, arrival_seconds
-from .lineage import probe_starts, retire_finished
+from botocore.exceptions import ClientError
+
+from .kinesis import (
+    INVALID_ARGUMENT,
+    AsyncKinesis,
+    DataLossError,
+    KinesisSourceError,
+    Page,
+    ShardInfo,
+    arrival_seconds,
+    check_opening,
+    data_loss_message,
+    error_code,
+    opening_position,
+)
+from .lineage import gone_shards, probe_starts, retire_finished
 from .options import InitialPosition, OptionError, SourceOptions
 from .positions import (
     AFTER,
@@ -63,9 +77,12 @@ class ProbeResult:
 class TailProber:
     """Finds the tip of shards with O(1) small reads each; keeps continuation iterators."""
 
-    def __init__(self, kinesis: AsyncKinesis, page_limit: int) -> None:
+    def __init__(
+        self, kinesis: AsyncKinesis, page_limit: int, fail_on_data_loss: bool = True
+    ) -> None:
         self._kinesis = kinesis
         self._page_limit = page_limit
+        self._fail_on_data_loss = fail_on_data_loss
         # (stream, shard) -> (position string, iterator at that position, monotonic time)
         self._continuations: dict[tuple[str, str], tuple[str, str, float]] = {}
 
@@ -86,7 +103,10 @@ class TailProber:
         """The newest record after ``start`` in one shard (or that there is none)."""
         k = self._kinesis
         cached = self._take(stream, shard, start)
-        page = await k.page_at(stream, shard, start, 1, cached)
+        if cached is not None:
+            page = await k.page_at(stream, shard, start, 1, cached)
+        else:
+            page = await self._open(stream, shard, start)
         hops = 0
         while not page.records and not page.at_tip and hops < MAX_EMPTY_HOPS:
             page = await k.page(page.next_iterator, 1)  # type: ignore[arg-type]
@@ -120,6 +140,28 @@ class TailProber:
         if end == tip:
             self._keep(stream, shard, Position.after(end), cont)
         return ProbeResult(tip=end)
+
+    async def _open(self, stream: str, shard: str, start: Position) -> Page:
+        """The first page after ``start``, checking that ``start``'s record is still there."""
+        opening = opening_position(start)
+        extra = 1 if opening != start else 0  # the start's own record comes first
+        try:
+            page = await self._kinesis.page_at(stream, shard, opening, 1 + extra, None)
+        except ClientError as exc:
+            if error_code(exc) != INVALID_ARGUMENT:
+                raise
+            self._lost(stream, shard, start, None)
+            return await self._kinesis.page_at(stream, shard, Position.trim_horizon(), 1, None)
+        page.records, landed = check_opening(page.records, start)
+        if landed is not None:
+            self._lost(stream, shard, start, landed)
+        return page
+
+    def _lost(self, stream: str, shard: str, start: Position, landed: str | None) -> None:
+        message = data_loss_message(stream, shard, start, landed)
+        if self._fail_on_data_loss:
+            raise DataLossError(message)
+        log.warning("%s Going on (failOnDataLoss=false).", message)
 
     async def _read_to_tip(self, iterator: str | None) -> tuple[str | None, str | None]:
         """Read pages until the tip; return the last sequence number and the iterator after it."""
@@ -185,7 +227,9 @@ class Planner:
         if self._kinesis is None:
             settings = AwsSettings.for_kinesis(self._opts)
             self._kinesis = AsyncKinesis(await settings.aio_client("kinesis"))
-            self._prober = TailProber(self._kinesis, self._opts.max_records_per_fetch)
+            self._prober = TailProber(
+                self._kinesis, self._opts.max_records_per_fetch, self._opts.fail_on_data_loss
+            )
         return self._kinesis
 
     def close(self) -> None:
@@ -204,10 +248,22 @@ class Planner:
         due = time.monotonic() - self._listed_at >= self._opts.shard_discovery_interval_ms / 1000
         if force or due or not self._shards:
             k = await self._client()
-            lists = await asyncio.gather(*(k.list_shards(s) for s in self._opts.stream_names))
+            lists = await asyncio.gather(*(self._list(k, s) for s in self._opts.stream_names))
             self._shards = dict(zip(self._opts.stream_names, lists))
             self._listed_at = time.monotonic()
         return self._shards
+
+    async def _list(self, k: AsyncKinesis, stream: str) -> list[ShardInfo]:
+        try:
+            return await k.list_shards(stream)
+        except KinesisSourceError:
+            if self._opts.fail_on_data_loss:
+                raise
+            log.warning(
+                "Kinesis stream '%s' was not found; reading none of it until it exists "
+                "(failOnDataLoss=false)", stream
+            )
+            return []
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -279,10 +335,21 @@ class Planner:
     async def _probe(self, start: Offset) -> Offset:
         listing = await self._listing(force=self._relist)
         self._relist = False
-        starts = probe_starts(listing, start.shards)
+        positions = dict(start.shards)
+        for key in gone_shards(listing, start.shards):
+            stream, shard_id = split_shard_key(key)
+            message = (
+                f"Kinesis stream '{stream}' no longer has shard '{shard_id}', which was read only "
+                f"up to {start.shards[key]}: its unread records are lost (the shard expired or "
+                "was deleted)."
+            )
+            if self._opts.fail_on_data_loss:
+                raise DataLossError(f"{message} Set option failOnDataLoss=false to go on without it.")
+            log.warning("%s Going on without it (failOnDataLoss=false).", message)
+            del positions[key]
+        starts = probe_starts(listing, positions)
         results = await self._prober_ready().probe_all(starts)
         self.probes += 1
-        positions = dict(start.shards)
         for (stream, shard_id), result in results.items():
             key = shard_key(stream, shard_id)
             if result.tip is not None:

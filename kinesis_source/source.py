@@ -36,6 +36,7 @@ class RangePartition(InputPartition):
         self.settings = settings
         self.page_limit = opts.max_records_per_fetch
         self.on_corrupt = opts.on_corrupt_aggregate
+        self.fail_on_data_loss = opts.fail_on_data_loss
 
     def __repr__(self) -> str:
         # The default repr lists every attribute; the settings hold secrets.
@@ -144,7 +145,7 @@ class KinesisStreamReader(DataSourceStreamReader):
         """Replay one range in order as Arrow batches (runs on an executor)."""
         rng = partition.range
         client = shared_client(partition.settings, "kinesis")
-        reader = RangeReader(client, rng, partition.page_limit)
+        reader = RangeReader(client, rng, partition.page_limit, partition.fail_on_data_loss)
         for records in reader.pages():
             users = user_records(records, rng, partition.on_corrupt)
             if users:

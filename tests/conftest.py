@@ -66,6 +66,12 @@ def kinesis_backend(request, endpoint):
 
 
 @pytest.fixture(scope="session")
+def ddb(endpoint):
+    """A boto3 DynamoDB client on the moto server."""
+    return boto3.client("dynamodb", endpoint_url=endpoint.url, region_name="us-east-1")
+
+
+@pytest.fixture(scope="session")
 def kinesis(kinesis_backend):
     """A boto3 Kinesis client on the backend under test."""
     return boto3.client("kinesis", endpoint_url=kinesis_backend, region_name="us-east-1")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 
-import boto3
 import pytest
 
 from kinesis_source.checkpoints import (
@@ -16,11 +15,6 @@ from kinesis_source.checkpoints import (
 from kinesis_source.positions import Offset, Position
 
 SEQ = "49590338271490256608559692538361571095921575989136588898"
-
-
-@pytest.fixture(scope="module")
-def ddb(endpoint):
-    return boto3.client("dynamodb", endpoint_url=endpoint.url, region_name="us-east-1")
 
 
 @pytest.fixture

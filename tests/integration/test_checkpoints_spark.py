@@ -10,15 +10,15 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
-import boto3
 import pytest
 
 from kinesis_source import register
 from kinesis_source.checkpoints import CheckpointStore, order_key
-from kinesis_source.positions import Position, seq_key
+from kinesis_source.positions import seq_key
+from tests.support.committed import TABLE, stored, wait_committed
 from tests.support.producer import Producer
 from tests.support.spark_query import (
     Collector,
@@ -32,36 +32,7 @@ from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
 
-TABLE = "kinesis_ddb_checkpoints"
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def ddb(endpoint):
-    return boto3.client("dynamodb", endpoint_url=endpoint.url, region_name="us-east-1")
-
-
-def stored(ddb, app) -> dict[str, Position]:
-    return CheckpointStore(ddb, TABLE, app).snapshot().positions()
-
-
-def tips(sent) -> dict[str, Position]:
-    """Per shard, the position after the newest record sent."""
-    last: dict[str, str] = {}
-    for p in sent:
-        if p.shard_id not in last or seq_key(p.seq) > seq_key(last[p.shard_id]):
-            last[p.shard_id] = p.seq
-    return {sh: Position.after(seq) for sh, seq in last.items()}
-
-
-def wait_committed(ddb, app, stream, sent, timeout=60):
-    """Wait until DynamoDB holds, for every shard written, the position after its newest record."""
-    want = {f"{stream}/{sh}": pos for sh, pos in tips(sent).items()}
-    wait_for(
-        lambda: {k: v for k, v in stored(ddb, app).items() if k in want} == want,
-        timeout=timeout,
-        what=f"DynamoDB to hold {want}",
-    )
 
 
 def keys_of(rows):

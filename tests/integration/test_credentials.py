@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.producer import Producer
-from tests.support.proxy import RecordingProxy
+from tests.support.proxy import FaultProxy
 from tests.support.spark_query import Collector, start_query, stop_quietly
 from tests.support.waiting import wait_for
 
@@ -21,7 +21,7 @@ def test_assumed_role_signs_every_kinesis_and_dynamodb_call(
     stream = make_stream(2)
     producer = Producer(kinesis, stream)
     producer.put(60)
-    with RecordingProxy(endpoint.url) as proxy:
+    with FaultProxy(endpoint.url) as proxy:
         options = {
             **source_options,
             "streamName": stream,

@@ -176,8 +176,6 @@ def test_initial_position_json_starts_after_given_sequence_numbers(
     shards = sorted(by_shard)
     named = {shards[0]: by_shard[shards[0]][9].seq, shards[1]: by_shard[shards[1]][0].seq}
     expected = [p for p in by_shard[shards[0]][10:]] + by_shard[shards[1]][1:] + by_shard[shards[2]]
-    import json
-
     options = {**source_options, "streamName": stream, "initialPosition": json.dumps(named)}
     with running(spark, options, tmp_path / "ck") as (_, sink):
         wait_for(lambda: sink.count() >= len(expected), timeout=90, what="records after the cut")

@@ -1,38 +1,114 @@
-"""A small HTTP reverse proxy in front of the local AWS endpoint, for tests.
+"""A fault-injecting HTTP reverse proxy in front of a local AWS endpoint, for tests.
 
-It forwards every request unchanged and records, per request, the API operation (from
-``X-Amz-Target``) and the access key id that signed it (from ``Authorization``). Tests use it
-to count calls and to check which credentials each process used. Listens on 127.0.0.1 only.
+It forwards requests and records, per request, the API operation (from ``X-Amz-Target``) and the
+access key id that signed it. Rules make it misbehave the way AWS does:
+
+- ``throttle(ops, fraction)``: answer that fraction of those calls with a throttling error;
+- ``fail(ops, fraction, status)``: answer with a 5xx;
+- ``latency = seconds``: delay every request;
+- ``trim(stream, shard, first_seq)``: simulate retention: iterators asked for before
+  ``first_seq`` (or at TRIM_HORIZON) land at ``first_seq``, as Kinesis' do after a trim;
+- ``down = True``: drop every connection without an answer.
+
+Listens on 127.0.0.1 only; the random choices are seeded, so a run is repeatable.
 """
 
 from __future__ import annotations
 
 import http.client
+import json
+import random
 import re
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
 _KEY_RE = re.compile(r"Credential=([^/]+)/")
+THROTTLED = "ProvisionedThroughputExceededException"
 
 
 @dataclass(frozen=True)
 class Seen:
-    """One forwarded request."""
+    """One request, and what the proxy did with it."""
 
     operation: str
     access_key: str | None
+    injected: str | None = None  # the error answered instead of forwarding, if any
 
 
-class RecordingProxy:
-    """``with RecordingProxy(target_url) as proxy: proxy.url``; ``proxy.seen`` lists requests."""
+class FaultProxy:
+    """``with FaultProxy(target_url) as proxy: proxy.url``; ``proxy.seen`` lists requests."""
 
-    def __init__(self, target_url: str) -> None:
+    def __init__(self, target_url: str, seed: int = 7) -> None:
         target = urlparse(target_url)
         self._host, self._port = target.hostname, target.port
         self.seen: list[Seen] = []
+        self.latency = 0.0
+        self.down = False
+        self._rules: list[tuple[set[str], float, int, str]] = []
+        self._trims: dict[tuple[str, str], str] = {}
+        self._random = random.Random(seed)
         self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    # -- rules ---------------------------------------------------------------------------
+
+    def throttle(self, ops: set[str], fraction: float) -> None:
+        """Answer ``fraction`` of the calls to ``ops`` with a throttling error (HTTP 400)."""
+        self._rules.append((set(ops), fraction, 400, THROTTLED))
+
+    def fail(self, ops: set[str], fraction: float, status: int = 500) -> None:
+        """Answer ``fraction`` of the calls to ``ops`` with a server error."""
+        self._rules.append((set(ops), fraction, status, "InternalFailure"))
+
+    def clear(self) -> None:
+        """Forget every rule."""
+        with self._lock:
+            self._rules.clear()
+            self._trims.clear()
+            self.latency, self.down = 0.0, False
+
+    def trim(self, stream: str, shard: str, first_seq: str) -> None:
+        """Records before ``first_seq`` of that shard are gone, as after retention."""
+        self._trims[(stream, shard)] = first_seq
+
+    def operations(self) -> list[Seen]:
+        """A copy of what came in so far."""
+        with self._lock:
+            return list(self.seen)
+
+    def injected(self, code: str) -> int:
+        """How many answers were that injected error."""
+        return sum(1 for s in self.operations() if s.injected == code)
+
+    # -- serving -------------------------------------------------------------------------
+
+    def _decide(self, op: str) -> tuple[int, str] | None:
+        with self._lock:
+            for ops, fraction, status, code in self._rules:
+                if op in ops and self._random.random() < fraction:
+                    return status, code
+        return None
+
+    def _rewrite(self, op: str, body: bytes) -> bytes:
+        if op != "GetShardIterator" or not self._trims:
+            return body
+        req = json.loads(body)
+        first = self._trims.get((req.get("StreamName"), req.get("ShardId")))
+        if first is None:
+            return body
+        kind = req.get("ShardIteratorType")
+        seq = req.get("StartingSequenceNumber")
+        if kind == "TRIM_HORIZON" or (seq is not None and int(seq) < int(first)):
+            req.update(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=first)
+            return json.dumps(req).encode()
+        return body
+
+    def _handler(self):
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -41,45 +117,52 @@ class RecordingProxy:
             def log_message(self, *args):  # keep test output clean
                 pass
 
+            def _reply(self, status: int, body: bytes, headers: list[tuple[str, str]]) -> None:
+                self.send_response(status)
+                for k, v in headers:
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
             def _forward(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                target_op = self.headers.get("X-Amz-Target", "")
+                op = self.headers.get("X-Amz-Target", "").rpartition(".")[2] or self.command
                 key = _KEY_RE.search(self.headers.get("Authorization", ""))
+                if proxy.down:
+                    self.close_connection = True
+                    return
+                if proxy.latency:
+                    time.sleep(proxy.latency)
+                decision = proxy._decide(op)
                 with proxy._lock:
-                    proxy.seen.append(Seen(target_op.rpartition(".")[2] or self.command, key and key.group(1)))
+                    proxy.seen.append(Seen(op, key and key.group(1), decision and decision[1]))
+                if decision is not None:
+                    status, code = decision
+                    error = json.dumps({"__type": code, "message": f"injected by the test proxy: {code}"})
+                    self._reply(status, error.encode(), [("Content-Type", "application/x-amz-json-1.1")])
+                    return
                 conn = http.client.HTTPConnection(proxy._host, proxy._port, timeout=60)
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 headers["Host"] = f"{proxy._host}:{proxy._port}"
-                conn.request(self.command, self.path, body=body, headers=headers)
+                conn.request(self.command, self.path, body=proxy._rewrite(op, body), headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
                 conn.close()
+                self._reply(resp.status, data, resp.getheaders())
 
             do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _forward
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        return Handler
 
     @property
     def url(self) -> str:
         """``http://127.0.0.1:<port>`` of the proxy."""
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def operations(self) -> list[Seen]:
-        """A copy of what was forwarded so far."""
-        with self._lock:
-            return list(self.seen)
-
-    def __enter__(self) -> "RecordingProxy":
+    def __enter__(self) -> "FaultProxy":
         self._thread.start()
         return self
 

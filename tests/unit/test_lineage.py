@@ -84,3 +84,12 @@ def test_offset_stays_bounded_over_many_reshards():
         positions = retire_finished({"s": shards}, positions)
         assert len(positions) <= 2
     assert positions == {"s/g50": Position.after("5")}
+
+
+def test_gone_shards_are_tracked_unfinished_and_unlisted():
+    from kinesis_source.lineage import gone_shards
+
+    listing = {"s": SPLIT[1:]}  # p no longer listed
+    assert gone_shards(listing, {"s/p": Position.after("5"), "s/c1": TH}) == ["s/p"]
+    assert gone_shards(listing, {"s/p": END, "s/c1": TH}) == []
+    assert gone_shards(listing, {"t/x": Position.after("1")}) == []  # another stream's shard

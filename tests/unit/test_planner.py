@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from kinesis_source.kinesis import AsyncKinesis
+from kinesis_source.kinesis import AsyncKinesis, DataLossError
 from kinesis_source.planner import TailProber, plan_ranges
 from kinesis_source.positions import Offset, Position, ShardRange, seq_key
 from tests.unit.fake_kinesis import AsyncFake, FakeKinesis, FakeShard, log_of
@@ -39,7 +39,7 @@ def test_tip_found_when_the_stream_went_quiet_long_ago():
     fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
     result = probe(prober, Position.after(recs[10][0]))
     assert result.tip == recs[-1][0]
-    assert kinesis.records_fetched <= 51
+    assert kinesis.records_fetched <= 52  # the start's record, the next one, the burst
 
 
 def test_empty_window_widens_until_it_holds_records():
@@ -59,7 +59,9 @@ def test_probe_never_reads_before_its_start():
     start = recs[150][0]
     result = probe(prober, Position.after(start))
     assert result.tip == recs[-1][0]
-    assert fake.served and min(seq_key(s) for s in fake.served) > seq_key(start)
+    # the start's own record is read once, to see it was not trimmed; nothing before it
+    assert fake.served and min(seq_key(s) for s in fake.served) == seq_key(start)
+    assert fake.served.count(start) == 1
 
 
 def test_idle_shard_costs_one_call_after_the_first_probe():
@@ -145,3 +147,27 @@ def test_records_of_one_millisecond_are_one_batch_not_one_each():
     recs = [(str(10**55 + i), 7000.0) for i in range(50)]
     fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
     assert probe(prober, Position.trim_horizon()).tip == recs[-1][0]
+
+
+def test_trimmed_start_fails_naming_stream_shard_and_position():
+    recs = log_of(100)
+    fake, kinesis, prober = prober_for({"a": FakeShard(recs[40:])})  # the first 40 were trimmed
+    with pytest.raises(DataLossError) as err:
+        probe(prober, Position.after(recs[10][0]))
+    message = str(err.value)
+    assert "stream 's' shard 'a'" in message and f"AFTER:{recs[10][0]}" in message
+    assert f"the oldest record left is {recs[40][0]}" in message and "failOnDataLoss=false" in message
+
+
+def test_trimmed_start_goes_on_from_the_oldest_record_when_allowed():
+    recs = log_of(100)
+    fake = FakeKinesis({"a": FakeShard(recs[40:])})
+    prober = TailProber(AsyncKinesis(AsyncFake(fake)), page_limit=10000, fail_on_data_loss=False)
+    assert probe(prober, Position.after(recs[10][0])).tip == recs[-1][0]
+
+
+def test_untrimmed_start_is_not_data_loss():
+    recs = log_of(100)
+    fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
+    assert probe(prober, Position.after(recs[10][0])).tip == recs[-1][0]
+    assert probe(prober, Position.at(recs[99][0])).tip == recs[99][0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinesis_source.kinesis import RangeIncompleteError, RangeReader
+from kinesis_source.kinesis import DataLossError, RangeIncompleteError, RangeReader
 from kinesis_source.positions import Position, ShardRange
 from tests.unit.fake_kinesis import FakeKinesis, FakeShard, log_of
 
@@ -71,3 +71,28 @@ def test_missing_shard_names_the_stream():
     fake = FakeKinesis({"a": FakeShard(log_of(3))})
     with pytest.raises(Exception, match="Kinesis stream 's' was not found"):
         read(fake, ShardRange("s", "zz", Position.trim_horizon(), "1"))
+
+
+def test_trimmed_range_start_fails_or_goes_on():
+    recs = log_of(100)
+    fake = FakeKinesis({"a": FakeShard(recs[30:])})  # the first 30 were trimmed
+    rng = ShardRange("s", "a", Position.after(recs[5][0]), recs[50][0])
+    with pytest.raises(DataLossError) as err:
+        read(fake, rng)
+    assert f"after position AFTER:{recs[5][0]}" in str(err.value)
+    assert f"the oldest record left is {recs[30][0]}" in str(err.value)
+    seqs, _ = read_lenient(fake, rng)
+    assert seqs == [s for s, _ in recs[30:51]]
+
+
+def test_start_record_is_read_once_to_check_it_and_not_returned():
+    recs = log_of(20)
+    fake = FakeKinesis({"a": FakeShard(recs)})
+    seqs, _ = read(fake, ShardRange("s", "a", Position.after(recs[4][0]), recs[9][0]))
+    assert seqs == [s for s, _ in recs[5:10]]
+    assert fake.served[0] == recs[4][0]
+
+
+def read_lenient(fake, rng):
+    pages = list(RangeReader(fake, rng, 7, fail_on_data_loss=False).pages())
+    return [r["SequenceNumber"] for page in pages for r in page], pages

@@ -1,0 +1,85 @@
+"""Kinesis faults through the fault-injecting proxy: throttling and trimmed data."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from kinesis_source.aws import AwsSettings
+from kinesis_source.kinesis import RangeReader
+from kinesis_source.positions import Position, ShardRange
+from tests.support.committed import wait_committed
+from tests.support.producer import Producer
+from tests.support.proxy import THROTTLED, FaultProxy
+from tests.support.spark_query import failure_of, running
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.spark
+
+
+def test_throttled_reads_are_retried_and_every_record_arrives_once(
+    spark, kinesis, kinesis_backend, make_stream, source_options, tmp_path
+):
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    producer.put(600)
+    with FaultProxy(kinesis_backend) as proxy:
+        proxy.throttle({"GetRecords", "GetShardIterator"}, 0.3)
+        options = {**source_options, "streamName": stream, "endpointUrl": proxy.url,
+                   "retryBaseDelayMs": "20", "maxRecordsPerFetch": "100"}
+        with running(spark, options, tmp_path / "ck") as (query, sink):
+            wait_for(lambda: sink.count() >= 600, timeout=180, what="600 rows")
+            producer.put(400)
+            wait_for(lambda: sink.count() >= 1000, timeout=180, what="1,000 rows")
+            assert query.isActive
+        throttled = proxy.injected(THROTTLED)
+    got = [(r.shard_id, r.seq) for r in sink.rows()]
+    assert len(got) == len(set(got)) == 1000
+    assert sorted(got) == sorted((p.shard_id, p.seq) for p in producer.sent)
+    assert throttled >= 10, f"only {throttled} calls were throttled"
+
+
+@pytest.mark.backends("moto")
+def test_retries_are_logged_at_debug_level(endpoint, kinesis, make_stream, caplog):
+    stream = make_stream(1)
+    sent = Producer(kinesis, stream).put(50)
+    with FaultProxy(endpoint.url) as proxy:
+        proxy.throttle({"GetRecords"}, 0.5)
+        settings = AwsSettings(region="us-east-1", endpoint_url=proxy.url, retry_base_delay_ms=5)
+        client = settings.boto3_client("kinesis")
+        rng = ShardRange(stream, sent[0].shard_id, Position.trim_horizon(), sent[-1].seq)
+        with caplog.at_level(logging.DEBUG, logger="botocore.retries.standard"):
+            pages = list(RangeReader(client, rng, limit=5).pages())
+    assert sum(len(p) for p in pages) == 50
+    retried = [r for r in caplog.records if "Retry needed" in r.getMessage()]
+    assert len(retried) == proxy.injected(THROTTLED) > 0
+
+
+def test_trimmed_position_fails_or_goes_on_as_configured(
+    spark, kinesis, kinesis_backend, ddb, make_stream, source_options, tmp_path
+):
+    stream = make_stream(1)
+    producer = Producer(kinesis, stream)
+    producer.put(100)
+    with FaultProxy(kinesis_backend) as proxy:
+        options = {**source_options, "streamName": stream, "endpointUrl": proxy.url}
+        with running(spark, options, tmp_path / "ck1") as (_, first):
+            wait_for(lambda: first.count() >= 100, timeout=90, what="100 rows")
+            wait_committed(ddb, options["applicationName"], stream, producer.sent)
+        later = producer.put(50)
+        # Retention trims everything up to the 20th new record while no query runs.
+        shard = later[0].shard_id
+        proxy.trim(stream, shard, later[20].seq)
+
+        message = failure_of(spark, options, tmp_path / "ck2")  # resumes from DynamoDB
+        assert f"Records of Kinesis stream '{stream}' shard '{shard}' after position " in message
+        assert f"AFTER:{producer.sent[99].seq}" in message
+        assert f"the oldest record left is {later[20].seq}" in message
+        assert "failOnDataLoss=false" in message
+
+        lenient = {**options, "failOnDataLoss": "false"}
+        with running(spark, lenient, tmp_path / "ck3") as (query, sink):
+            wait_for(lambda: sink.count() >= 30, timeout=90, what="the records left")
+            assert query.isActive
+    assert [r.seq for r in sink.rows()] == [p.seq for p in later[20:]]
