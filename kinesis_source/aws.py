@@ -128,14 +128,17 @@ class AwsSettings:
         )
 
         try:
-            session = self._base_session(botocore.session.Session(profile=self.profile))
+            source = self._base_session(botocore.session.Session(profile=self.profile))
+            session = source
             if self.role_arn:
+                # STS runs on the source session, whose response parsing stays botocore's own.
                 fetcher = AssumeRoleCredentialFetcher(
-                    client_creator=functools.partial(session.create_client, **self._sts_kwargs()),
-                    source_credentials=session.get_credentials(),
+                    client_creator=functools.partial(source.create_client, **self._sts_kwargs()),
+                    source_credentials=source.get_credentials(),
                     role_arn=self.role_arn,
                     extra_args=self._assume_role_args(),
                 )
+                session = botocore.session.Session(profile=self.profile)
                 # botocore has no public setter for refreshable credentials on a session.
                 session._credentials = DeferredRefreshableCredentials(
                     refresh_using=fetcher.fetch_credentials, method="assume-role"
@@ -164,14 +167,16 @@ class AwsSettings:
             max_pool_connections=_ASYNC_POOL,
         )
         try:
-            session = self._base_session(AioSession(profile=self.profile))
+            source = self._base_session(AioSession(profile=self.profile))
+            session = source
             if self.role_arn:
                 fetcher = AioAssumeRoleCredentialFetcher(
-                    client_creator=functools.partial(session.create_client, **self._sts_kwargs()),
-                    source_credentials=await session.get_credentials(),
+                    client_creator=functools.partial(source.create_client, **self._sts_kwargs()),
+                    source_credentials=await source.get_credentials(),
                     role_arn=self.role_arn,
                     extra_args=self._assume_role_args(),
                 )
+                session = AioSession(profile=self.profile)
                 session._credentials = AioDeferredRefreshableCredentials(
                     refresh_using=fetcher.fetch_credentials, method="assume-role"
                 )

@@ -185,6 +185,7 @@ class RangeReader:
         self._last_seq: str | None = None
         self._opened = False
         self.calls = 0
+        self.expiries = 0
 
     def _resume_position(self) -> Position:
         if self._last_seq is None:
@@ -211,6 +212,7 @@ class RangeReader:
                 except ClientError as exc:
                     if _is_expired(exc):
                         log.info("iterator expired in %s; re-deriving", self._range)
+                        self.expiries += 1
                         self._iterator = None
                     raise
         return Page.from_api(resp)

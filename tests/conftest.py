@@ -11,6 +11,7 @@ import boto3
 import pytest
 
 from kinesis_source.local import LOCAL_CREDENTIALS, LocalEndpoint
+from tests.support import expiry
 from tests.support.kinesis_local import KinesisLocal
 from tests.support.waiting import wait_for
 
@@ -55,14 +56,29 @@ def endpoint():
         yield ep
 
 
+_EXPIRY: dict = {}
+
+
 @pytest.fixture(scope="session", params=BACKENDS)
 def kinesis_backend(request, endpoint):
-    """The Kinesis implementation under test: moto server or kinesis-local; yields its URL."""
+    """The Kinesis implementation under test: moto server or kinesis-local; yields its URL.
+
+    With kinesis-local, the 5-minute iterator expiry scenario starts at once in the background
+    (see tests/support/expiry.py), if a selected test wants it.
+    """
     if request.param == "moto":
         yield endpoint.url
         return
     with KinesisLocal() as server:
+        if any("iterator_expiry" in getattr(item, "fixturenames", ()) for item in request.session.items):
+            _EXPIRY["future"] = expiry.start(server.url)
         yield server.url
+
+
+@pytest.fixture
+def iterator_expiry(kinesis_backend):
+    """The background expiry scenario's future (kinesis-local only)."""
+    return _EXPIRY["future"]
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Split and merge while a query runs (kinesis-local: moto's resharding keeps writing to closed
+"""Split, merge and UpdateShardCount while a query runs (kinesis-local: moto's resharding keeps writing to closed
 parents). Every record once, and per partition key in the order put, across parents and
 children."""
 
@@ -57,7 +57,7 @@ class KeyedProducer:
         self._thread.join(timeout=30)
 
 
-def test_split_and_merge_while_reading_keep_every_record_once_and_keys_in_order(
+def test_split_merge_and_rescale_keep_every_record_once_and_keys_in_order(
     spark, kinesis, make_stream, source_options, tmp_path
 ):
     stream = make_stream(3)
@@ -86,6 +86,10 @@ def test_split_and_merge_while_reading_keep_every_record_once_and_keys_in_order(
             kinesis.merge_shards(StreamName=stream, ShardToMerge=second, AdjacentShardToMerge=third)
             seen = sink.count()
             wait_for(lambda: sink.count() >= seen + 150, timeout=120, what="rows after the merge")
+            # and a whole-stream rescale (splits and merges of its own)
+            kinesis.update_shard_count(StreamName=stream, TargetShardCount=2, ScalingType="UNIFORM_SCALING")
+            seen = sink.count()
+            wait_for(lambda: sink.count() >= seen + 150, timeout=120, what="rows after rescaling")
             producer.stop()
             assert producer.error is None, producer.error
             total = len(producer.sent) - sum(len(r) for _, r in deliveries)
@@ -93,7 +97,8 @@ def test_split_and_merge_while_reading_keep_every_record_once_and_keys_in_order(
             assert query.isActive
         deliveries += sink.deliveries
     after = kinesis.list_shards(StreamName=stream)["Shards"]
-    assert len(after) == 6, "expected 3 parents and 3 children"
+    open_now = [s for s in after if "EndingSequenceNumber" not in s["SequenceNumberRange"]]
+    assert len(open_now) == 2 and len(after) > 6, "expected the split, merge and rescale"
     rows = [r for _, batch_rows in deliveries for r in batch_rows]
     got = [(r.shard_id, r.seq, r.data) for r in rows]
     assert len(got) == len(set(got)), "duplicated rows"
