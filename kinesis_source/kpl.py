@@ -177,3 +177,34 @@ def expand(
                 }
             )
     return out, skipped
+
+
+def _put_varint(out: bytearray, value: int) -> None:
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _put_bytes(out: bytearray, number: int, data: bytes) -> None:
+    _put_varint(out, (number << 3) | 2)
+    _put_varint(out, len(data))
+    out += data
+
+
+def encode(user_records: list[tuple[str, bytes]]) -> bytes:
+    """One aggregated record holding ``(partition key, data)`` user records, in order (what
+    ``kinesis-ddb produce --aggregate`` writes; the tests decode aws-kinesis-agg's instead)."""
+    keys: dict[str, int] = {}
+    body = bytearray()
+    for key, _ in user_records:
+        if key not in keys:
+            keys[key] = len(keys)
+            _put_bytes(body, 1, key.encode())
+    for key, data in user_records:
+        rec = bytearray()
+        _put_varint(rec, (1 << 3) | 0)
+        _put_varint(rec, keys[key])
+        _put_bytes(rec, 3, data)
+        _put_bytes(body, 3, bytes(rec))
+    return MAGIC + bytes(body) + hashlib.md5(bytes(body)).digest()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import pytest
 
 from kinesis_source import register
 from kinesis_source.checkpoints import CheckpointStore, order_key
+from kinesis_source.demo_driver import DriverProcess
 from kinesis_source.positions import seq_key
 from tests.support.committed import TABLE, stored, wait_committed
 from tests.support.producer import Producer
@@ -32,7 +32,6 @@ from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def keys_of(rows):
@@ -53,40 +52,6 @@ def cli(*args, check=True):
     return proc
 
 
-class DriverProcess:
-    """tests/support/driver_app.py in its own process group, so SIGKILL takes Spark with it."""
-
-    def __init__(self, run: str, out: Path, checkpoint: Path, options: dict, block_after=0):
-        self.run, self.out = run, out
-        cmd = [
-            sys.executable, "-m", "tests.support.driver_app",
-            "--run", run, "--out", str(out), "--checkpoint", str(checkpoint),
-            "--block-after", str(block_after),
-        ]
-        for key, value in options.items():
-            cmd += ["--option", f"{key}={value}"]
-        self.log = open(out / f"{run}.log", "w")
-        self.proc = subprocess.Popen(
-            cmd, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=60)
-        self.log.close()
-
-    def rows(self) -> list[tuple[str, str, str]]:
-        out = []
-        for path in sorted(self.out.glob(f"{self.run}-*.jsonl"), key=lambda p: int(p.stem.split("-")[-1])):
-            out += [(r["shard"], r["seq"], r["data"]) for r in map(json.loads, path.read_text().splitlines())]
-        return out
-
-    def batch_rows(self, batch_id: int) -> list[tuple[str, str, str]]:
-        path = self.out / f"{self.run}-{batch_id}.jsonl"
-        return [(r["shard"], r["seq"], r["data"]) for r in map(json.loads, path.read_text().splitlines())]
-
-
 def test_driver_killed_mid_batch_resumes_from_dynamodb_with_a_new_checkpoint(
     kinesis, make_stream, source_options, tmp_path
 ):
@@ -96,19 +61,19 @@ def test_driver_killed_mid_batch_resumes_from_dynamodb_with_a_new_checkpoint(
     out = tmp_path / "out"
     out.mkdir()
     options = {**source_options, "streamName": stream}
-    first = DriverProcess("run1", out, tmp_path / "ck1", options, block_after=2)
+    first = DriverProcess("run1", out, tmp_path / "ck1", options)
     try:
         wait_for(lambda: len(first.rows()) >= 400, timeout=180, what="run1's first batch")
+        first.block()
         producer.put(300)
-        marker = out / "run1.blocked"
-        wait_for(marker.exists, timeout=120, what="run1 to be inside its second batch")
-        in_flight = set(first.batch_rows(int(marker.read_text())))
+        batch = wait_for(first.blocked_batch, timeout=120, what="run1 to be inside a batch")
+        in_flight = set(first.rows(batch))
     finally:
         first.kill()  # SIGKILL while the batch is in flight
     assert in_flight
     producer.put(200)
     second = DriverProcess("run2", out, tmp_path / "ck2", options)  # a NEW Spark checkpoint
-    want = {(p.shard_id, p.seq, p.data.decode()) for p in producer.sent}
+    want = {(p.shard_id, p.seq, 0, p.data) for p in producer.sent}
     try:
         wait_for(
             lambda: want <= set(first.rows()) | set(second.rows()),

@@ -62,3 +62,17 @@ def test_range_starting_inside_an_aggregate_drops_the_user_records_already_read(
     rng = ShardRange("s", "a", Position.after("100", 2), "101")
     out = user_records([kinesis_record(data, "100"), kinesis_record(b"next", "101")], rng, "fail")
     assert [(r["SequenceNumber"], r.get("SubSequenceNumber", 0)) for r in out] == [("100", 3), ("100", 4), ("101", 0)]
+
+
+def test_our_encoder_is_read_by_aws_kinesis_agg_and_by_us():
+    from aws_kinesis_agg.deaggregator import iter_deaggregate_records
+
+    data = kpl.encode(USERS)
+    record = {"Data": data, "PartitionKey": "x", "SequenceNumber": "1",
+              "ApproximateArrivalTimestamp": __import__("datetime").datetime.now()}
+    theirs = list(iter_deaggregate_records([record], data_format="Boto3"))
+    # it hands data back base64-encoded, as Lambda does
+    import base64
+
+    assert [(r["kinesis"]["partitionKey"], base64.b64decode(r["kinesis"]["data"])) for r in theirs] == USERS
+    assert [(k, d) for k, d, _ in kpl.decode(data)] == USERS
