@@ -17,11 +17,31 @@ from .options import OptionError, parse_initial_position
 DEFAULT_TABLE = "kinesis_ddb_checkpoints"
 
 
-def _demo(_args: argparse.Namespace) -> int:
-    print(
-        "The kinesis-ddb demo is not built yet.\n"
-        "Until then, `./dev test` runs the end-to-end tests against a local moto server."
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run
+
+    return run(args.shards, args.records, args.rate, args.endpoint_url, args.keep)
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from .produce import LoadProducer
+
+    settings = AwsSettings(region=args.region, endpoint_url=args.endpoint_url, profile=args.profile)
+    producer = LoadProducer(
+        settings.boto3_client("kinesis"),
+        args.stream,
+        size=args.size,
+        keys=args.keys,
+        aggregate=args.aggregate,
+        prefix=args.prefix,
     )
+    with Progress() as progress:
+        task = progress.add_task(f"putting to {args.stream}", total=args.records)
+        done = producer.run(args.records, args.rate, lambda n: progress.update(task, completed=n))
+    shards = len({s.shard_id for s in producer.snapshot()})
+    print(f"put {done} records to stream {args.stream} ({shards} shards)")
     return 0
 
 
@@ -141,8 +161,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kinesis-ddb {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="run the local demo")
+    demo = sub.add_parser("demo", help="run the local demo (kill mid-batch, resume from DynamoDB)")
+    demo.add_argument("--shards", type=int, default=4, help="shards of the demo stream")
+    demo.add_argument("--records", type=int, default=6000, help="records to produce")
+    demo.add_argument("--rate", type=float, default=400.0, help="records per second")
+    demo.add_argument("--endpoint-url", help="use this endpoint instead of the embedded one")
+    demo.add_argument("--keep", action="store_true", help="leave the outputs for inspection")
     demo.set_defaults(func=_demo)
+
+    produce = sub.add_parser("produce", help="put numbered records to a stream at a steady rate")
+    produce.add_argument("--stream", required=True)
+    produce.add_argument("--records", type=int, default=10000)
+    produce.add_argument("--rate", type=float, default=1000.0, help="records per second")
+    produce.add_argument("--size", type=int, default=100, help="bytes per record")
+    produce.add_argument("--keys", type=int, default=64, help="distinct partition keys")
+    produce.add_argument("--aggregate", type=int, default=0,
+                         help="KPL-aggregate this many user records per Kinesis record")
+    produce.add_argument("--prefix", default="r", help="data is <prefix>-<n>, padded")
+    produce.add_argument("--endpoint-url", help="Kinesis endpoint URL (local servers)")
+    produce.add_argument("--region", help="AWS region (default: the boto3 chain)")
+    produce.add_argument("--profile", help="AWS profile")
+    produce.set_defaults(func=_produce)
 
     ck = sub.add_parser("checkpoints", help="inspect or move an application's positions")
     ck_sub = ck.add_subparsers(dest="action", required=True)

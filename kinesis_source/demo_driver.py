@@ -4,8 +4,8 @@
 
 Reads ``format("kinesis-ddb")`` into a parquet sink: each batch with rows is written by Spark to
 ``<out>/<run>-<batchId>.parquet``, then ``<out>/<run>.status.json`` is rewritten with the totals
-so far. When the file ``<out>/<run>.block`` exists, the next batch with rows is written and the
-sink then blocks forever with a ``<out>/<run>.blocked`` marker naming the batch: the caller kills
+so far. When the file ``<out>/<run>.block`` exists (or ``--block-at-rows`` is reached), the next
+batch with rows is written and the sink then blocks forever with a ``<out>/<run>.blocked`` marker naming the batch: the caller kills
 the process while that batch is in flight (written, not committed).
 """
 
@@ -29,16 +29,28 @@ class DriverProcess:
     """The caller's handle on one driver run (its own process group, so SIGKILL takes the JVM
     and the Python workers with it)."""
 
-    def __init__(self, run: str, out: Path, checkpoint: Path, options: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        run: str,
+        out: Path,
+        checkpoint: Path,
+        options: Mapping[str, str],
+        block_at_rows: int = 0,
+    ) -> None:
         self.run, self.out = run, Path(out)
         cmd = [sys.executable, "-m", "kinesis_source.demo_driver", "--run", run,
-               "--out", str(out), "--checkpoint", str(checkpoint)]
+               "--out", str(out), "--checkpoint", str(checkpoint),
+               "--block-at-rows", str(block_at_rows)]
         for key, value in options.items():
             cmd += ["--option", f"{key}={value}"]
         self._log = open(self.out / f"{run}.log", "wb")
         self.proc = subprocess.Popen(
             cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
+
+    def started(self) -> bool:
+        """True once the query is running."""
+        return (self.out / f"{self.run}.started").exists()
 
     def block(self) -> None:
         """Make the next batch with rows block after it is written."""
@@ -89,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--option", action="append", default=[], help="key=value")
+    parser.add_argument("--block-at-rows", type=int, default=0,
+                        help="block in the batch that brings the rows written to this many")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -123,11 +137,13 @@ def main(argv: list[str] | None = None) -> None:
         status["per_shard"].update(counts)
         progress = query.lastProgress
         if progress:
-            status["source"] = progress["sources"][0]["latestOffset"]
+            report = progress["sources"][0]["latestOffset"]
+            status["source"] = json.loads(report) if isinstance(report, str) else report
         tmp = out / f".{args.run}.status.tmp"
         tmp.write_text(json.dumps(status, default=dict))
         tmp.replace(out / f"{args.run}.status.json")
-        if (out / f"{args.run}.block").exists():
+        crossed = 0 < args.block_at_rows <= status["rows"]
+        if crossed or (out / f"{args.run}.block").exists():
             (out / f"{args.run}.blocked").write_text(str(batch_id))
             never.wait()
 
