@@ -162,6 +162,11 @@ class CheckpointStore:
         self.table = table
         self.app = app
 
+    @property
+    def client(self) -> Any:
+        """The DynamoDB client (the CLI reads other tables with it)."""
+        return self._client
+
     def _where(self) -> str:
         return f"application '{self.app}' in DynamoDB table '{self.table}'"
 

@@ -132,10 +132,14 @@ def _reset(args: argparse.Namespace) -> int:
             spec_text = fh.read().strip()
     else:
         spec_text = args.to
-    spec = parse_initial_position(spec_text)
     store = _store(args)
     store.ensure_table(create=False)
-    if not args.yes:
+    return _apply_reset(store, spec_text, args.yes)
+
+
+def _apply_reset(store: CheckpointStore, spec_text: str, yes: bool) -> int:
+    spec = parse_initial_position(spec_text)
+    if not yes:
         if not sys.stdin.isatty():
             print(
                 f"Refusing to reset application '{store.app}' without --yes: standard input is "
@@ -153,6 +157,52 @@ def _reset(args: argparse.Namespace) -> int:
     meta = store.reset(str(spec), by=socket.gethostname())
     print(f"application {store.app} reset to {spec} (epoch {meta.epoch})")
     return 0
+
+
+_KCL_SENTINELS = {"TRIM_HORIZON": "TRIM_HORIZON", "LATEST": "LATEST", "SHARD_END": "SHARD_END"}
+
+
+def kcl_positions(items: list[dict], stream: str | None) -> dict[str, str]:
+    """Positions (``initialPosition`` JSON) from KCL lease items.
+
+    A lease's ``checkpoint`` with ``checkpointSubSequenceNumber`` n means user records up to n
+    of that record were processed: reading resumes at ``AFTER:<seq>:<n>``, which is right for
+    plain records (n = 0) and aggregates alike. Lease keys are shard ids (one stream: give
+    ``stream``) or KCL's multi-stream ``account:stream:epoch:shardId``.
+    """
+    out: dict[str, str] = {}
+    for item in items:
+        key = item["leaseKey"]["S"]
+        parts = key.split(":")
+        if len(parts) == 4:
+            key_stream, shard = parts[1], parts[3]
+        elif stream:
+            key_stream, shard = stream, key
+        else:
+            raise OptionError(f"KCL lease '{key}' names no stream: give --stream")
+        checkpoint = item.get("checkpoint", {}).get("S", "TRIM_HORIZON")
+        sub = int(item.get("checkpointSubSequenceNumber", {}).get("N", "0"))
+        if checkpoint in _KCL_SENTINELS:
+            position = _KCL_SENTINELS[checkpoint]
+        elif checkpoint.isdigit():
+            position = f"AFTER:{checkpoint}:{sub}"
+        else:
+            print(f"lease {key}: checkpoint {checkpoint} has no position; starting at TRIM_HORIZON",
+                  file=sys.stderr)
+            position = "TRIM_HORIZON"
+        out[f"{key_stream}/{shard}"] = position
+    return dict(sorted(out.items()))
+
+
+def _import_kcl(args: argparse.Namespace) -> int:
+    store = _store(args)
+    store.ensure_table(create=True)
+    pages = store.client.get_paginator("scan").paginate(TableName=args.lease_table)
+    items = [item for page in pages for item in page.get("Items", [])]
+    if not items:
+        raise CheckpointError(f"KCL lease table '{args.lease_table}' has no leases")
+    positions = kcl_positions(items, args.stream)
+    return _apply_reset(store, json.dumps(positions, sort_keys=True), args.yes)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -211,6 +261,15 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--to-file", help="a JSON file of positions, as `export` writes")
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     reset.set_defaults(func=_reset)
+
+    kcl = ck_sub.add_parser(
+        "import-kcl", help="take over a KCL application's checkpoints from its lease table"
+    )
+    common(kcl)
+    kcl.add_argument("--lease-table", required=True, help="the KCL application's lease table")
+    kcl.add_argument("--stream", help="the stream of leases keyed by bare shard ids")
+    kcl.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    kcl.set_defaults(func=_import_kcl)
     return parser
 
 

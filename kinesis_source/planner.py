@@ -407,8 +407,8 @@ def _initial_for(spec: InitialPosition, stream: str, shard_id: str) -> str:
 def _check_named_shards(spec: InitialPosition, listing: dict[str, list[ShardInfo]]) -> None:
     known = {s.shard_id for shards in listing.values() for s in shards}
     known |= {shard_key(st, s.shard_id) for st, shards in listing.items() for s in shards}
-    for key, _ in spec.shards:
-        if key not in known:
+    for key, value in spec.shards:
+        if key not in known and value != "SHARD_END":  # an expired, finished shard is fine
             streams = ", ".join(listing)
             raise OptionError(
                 f"Option 'initialPosition' names shard '{key}', which stream(s) {streams} do "
