@@ -404,7 +404,10 @@ class CheckpointStore:
         """Move the application to a new initial position: fence running queries (epoch + 1),
         forget committed positions, and store ``spec`` for the next query to resolve."""
         meta = self.claim(owner=f"reset by {by}", host=by)
-        self._update_meta(meta.epoch, "SET initialSpec = :s REMOVE resolved", {":s": {"S": spec}})
+        # The streams' identities go too: a reset is how a re-created stream is accepted.
+        self._update_meta(
+            meta.epoch, "SET initialSpec = :s REMOVE resolved, streams", {":s": {"S": spec}}
+        )
         keys = sorted(self.snapshot().shards)
         ops = [{"Delete": {"TableName": self.table, "Key": self._key(item_key(k))}} for k in keys]
         self._fenced_writes(meta.epoch, ops, keys)

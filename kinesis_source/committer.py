@@ -94,11 +94,6 @@ class Checkpointer:
         self._first_start_seen = False
         self.commit_calls = 0
 
-    @property
-    def store(self) -> CheckpointStore:
-        """The underlying store."""
-        return self._store
-
     def _ensure_claimed(self) -> int:
         if self._epoch is None:
             self._store.ensure_table(self._opts.create_table)

@@ -240,7 +240,8 @@ class SourceOptions:
         "streamName",
         "string",
         None,
-        "Kinesis stream to read. Required.",
+        "Kinesis stream to read, or several, comma-separated (offsets, checkpoints and the "
+        "`streamName` column keep them apart). Required.",
         _stream_names,
         required=True,
     )

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Awaitable, TypeVar
+from typing import Any, Awaitable, TypeVar
 
 from .aws import AwsSettings
 from botocore.exceptions import ClientError
@@ -72,6 +72,7 @@ class ProbeResult:
 
     tip: str | None = None  # newest record seen after the start, None if there is none
     ended: bool = False  # the shard is closed and the start is at its end
+    behind_ms: int = 0  # MillisBehindLatest of the first record after the start: the lag
 
 
 class TailProber:
@@ -139,7 +140,7 @@ class TailProber:
             end = tip
         if end == tip:
             self._keep(stream, shard, Position.after(end), cont)
-        return ProbeResult(tip=end)
+        return ProbeResult(tip=end, behind_ms=page.behind_ms)
 
     async def _open(self, stream: str, shard: str, start: Position) -> Page:
         """The first page after ``start``, checking that ``start``'s record is still there."""
@@ -214,6 +215,7 @@ class Planner:
         self._listed_at = float("-inf")
         self._last_probe: tuple[str, Offset, float] | None = None
         self._relist = False
+        self._lag: dict[str, dict] = {}
         self.probes = 0
 
     # -- runtime -------------------------------------------------------------------------
@@ -350,8 +352,10 @@ class Planner:
         starts = probe_starts(listing, positions)
         results = await self._prober_ready().probe_all(starts)
         self.probes += 1
+        lag = {}
         for (stream, shard_id), result in results.items():
             key = shard_key(stream, shard_id)
+            lag[key] = {"tip": result.tip, "millisBehindLatest": result.behind_ms}
             if result.tip is not None:
                 positions[key] = Position.after(result.tip)
             elif result.ended:
@@ -361,15 +365,18 @@ class Planner:
                 # A newly eligible shard joins the offset at once, even empty, so that its
                 # parents can leave it.
                 positions[key] = starts[(stream, shard_id)]
+        self._lag = lag
         return Offset(retire_finished(listing, positions))
 
-    def stats(self) -> dict[str, int]:
-        """Driver-side probe cost so far: calls made and records fetched."""
+    def stats(self) -> dict[str, Any]:
+        """Driver-side probe cost so far (calls made, records fetched) and, per shard of the
+        last probe, the tip found and how far behind it the batch started."""
         k = self._kinesis
         return {
             "probes": self.probes,
             "driverCalls": k.calls if k else 0,
             "driverRecordsFetched": k.records_fetched if k else 0,
+            "shards": self._lag,
         }
 
 

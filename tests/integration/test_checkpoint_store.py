@@ -86,10 +86,11 @@ def test_initial_position_is_stored_once_resolved(store):
 def test_reset_fences_forgets_positions_and_stores_the_new_start(store):
     epoch = store.claim("o", "h").epoch
     store.commit(epoch, "o", {"s/a": Position.after("5")})
-    store.save_initial(epoch, "TRIM_HORIZON", Offset({"s/a": Position.trim_horizon()}), {})
+    store.save_initial(epoch, "TRIM_HORIZON", Offset({"s/a": Position.trim_horizon()}), {"s": "t0"})
     store.reset("LATEST", by="tester")
     snap = store.snapshot()
     assert snap.shards == {} and snap.meta.initial_spec == "LATEST" and snap.meta.resolved is None
+    assert snap.meta.streams == {}  # a reset accepts a re-created stream
     with pytest.raises(CheckpointFencedError):
         store.commit(epoch, "o", {"s/a": Position.after("6")})
 

@@ -66,7 +66,9 @@ def test_driver_killed_mid_batch_resumes_from_dynamodb_with_a_new_checkpoint(
         wait_for(lambda: len(first.rows()) >= 400, timeout=180, what="run1's first batch")
         first.block()
         producer.put(300)
-        batch = wait_for(first.blocked_batch, timeout=120, what="run1 to be inside a batch")
+        # (the batch that wrote the first 400 rows may itself be the one that blocks: id 0)
+        wait_for(lambda: first.blocked_batch() is not None, timeout=120, what="a blocked batch")
+        batch = first.blocked_batch()
         in_flight = set(first.rows(batch))
     finally:
         first.kill()  # SIGKILL while the batch is in flight
@@ -376,3 +378,10 @@ def test_recreated_stream_is_detected(
     message = failure_of(spark, options, tmp_path / "ck2")
     assert f"Kinesis stream '{stream}' was deleted and re-created" in message
     assert "checkpoints reset" in message
+    # as the message says: reset the application, and it reads the new stream
+    cli("checkpoints", "reset", "--app", options["applicationName"], "--to", "TRIM_HORIZON",
+        "--yes", "--endpoint-url", options["dynamodbEndpointUrl"], "--region", "us-east-1")
+    fresh = Producer(kinesis, stream, tag="new").put(15)
+    with running(spark, options, tmp_path / "ck3") as (_, sink):
+        wait_for(lambda: sink.count() >= 15, timeout=90, what="the new stream's records")
+    assert sorted(r.data for r in sink.rows()) == sorted(p.data for p in fresh)

@@ -237,3 +237,26 @@ def _arrivals(kinesis, stream, skip=0):
         )["ShardIterator"]
         out.extend(r["ApproximateArrivalTimestamp"].timestamp() for r in kinesis.get_records(ShardIterator=it)["Records"])
     return sorted(out)[skip:]
+
+
+def test_several_streams_in_one_query_are_kept_apart(
+    spark, kinesis, ddb, make_stream, source_options, tmp_path
+):
+    from tests.support.committed import wait_committed
+
+    one, two = make_stream(2), make_stream(1)
+    first, second = Producer(kinesis, one, tag="one"), Producer(kinesis, two, tag="two")
+    first.put(120)
+    second.put(80)
+    options = {**source_options, "streamName": f"{one},{two}"}
+    with running(spark, options, tmp_path / "ck") as (_, sink):
+        wait_for(lambda: sink.count() >= 200, timeout=90, what="both streams' records")
+        first.put(30)
+        wait_for(lambda: sink.count() >= 230, timeout=90, what="the new records")
+        wait_committed(ddb, options["applicationName"], one, first.sent)
+        wait_committed(ddb, options["applicationName"], two, second.sent)
+    # sequence numbers may repeat across streams (moto): the stream column keeps them apart
+    got = [(r.stream, r.shard_id, r.seq, r.data) for r in sink.rows()]
+    want = [(one, p.shard_id, p.seq, p.data) for p in first.sent]
+    want += [(two, p.shard_id, p.seq, p.data) for p in second.sent]
+    assert len(got) == len(set(got)) and sorted(got) == sorted(want)
