@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from kinesis_source.kinesis import AsyncKinesis, DataLossError
-from kinesis_source.planner import TailProber, plan_ranges
+from kinesis_source.planner import plan_ranges
+from kinesis_source.probe import TailProber
 from kinesis_source.positions import Offset, Position, ShardRange, seq_key
 from tests.unit.fake_kinesis import AsyncFake, FakeKinesis, FakeShard, log_of
 

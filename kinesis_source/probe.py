@@ -1,0 +1,182 @@
+"""The tail probe: where a shard's next batch ends, found with a few small reads near its tip.
+
+Kinesis has no "latest offset" call. For each shard the probe
+
+1. reads one record after the start position (``GetRecords(Limit=1)``), reusing the iterator
+   the previous probe left there when it can: an idle shard costs one call;
+2. if there is a new record, estimates the arrival time of the newest record from that record's
+   arrival time plus ``MillisBehindLatest`` (both server clocks, so driver clock skew does not
+   matter), opens an ``AT_TIMESTAMP`` iterator a small window before it and reads to the tip,
+   widening the window x8 while it comes back empty, never reaching back before the start.
+
+The last record read at the tip is the batch's exact, inclusive end. Any record after the start
+is a valid end: a tip that is a little stale only moves data to the next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from botocore.exceptions import ClientError
+
+from .kinesis import (
+    INVALID_ARGUMENT,
+    AsyncKinesis,
+    DataLossError,
+    Page,
+    arrival_seconds,
+    check_opening,
+    data_loss_message,
+    error_code,
+    opening_position,
+)
+from .positions import Position, seq_key
+
+log = logging.getLogger(__name__)
+
+# First probe window before the estimated tip: the estimate is precise to ~1 ms, so a few ms
+# hold the newest records (one producer burst) and little else.
+INITIAL_WINDOW_S = 0.005
+WINDOW_GROWTH = 8
+# Empty pages followed (while behind) before the check gives up until the next probe: real
+# Kinesis can serve empty pages over gaps in a shard.
+MAX_EMPTY_HOPS = 4
+# Pages read from the window to the tip; past this the last record read is the end (still exact).
+MAX_TIP_PAGES = 10
+# Iterators live 5 minutes; a cached one older than this is not reused.
+ITERATOR_TTL_S = 240.0
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What a probe found after a start position."""
+
+    tip: str | None = None  # newest record seen after the start, None if there is none
+    ended: bool = False  # the shard is closed and the start is at its end
+    behind_ms: int = 0  # MillisBehindLatest of the first record after the start: the lag
+
+
+class TailProber:
+    """Finds the tip of shards with O(1) small reads each; keeps continuation iterators."""
+
+    def __init__(
+        self, kinesis: AsyncKinesis, page_limit: int, fail_on_data_loss: bool = True
+    ) -> None:
+        self._kinesis = kinesis
+        self._page_limit = page_limit
+        self._fail_on_data_loss = fail_on_data_loss
+        # (stream, shard) -> (position string, iterator at that position, monotonic time)
+        self._continuations: dict[tuple[str, str], tuple[str, str, float]] = {}
+
+    def _take(self, stream: str, shard: str, start: Position) -> str | None:
+        cached = self._continuations.pop((stream, shard), None)
+        if cached is None:
+            return None
+        pos, iterator, made = cached
+        if pos != start.to_str() or time.monotonic() - made > ITERATOR_TTL_S:
+            return None
+        return iterator
+
+    def _keep(self, stream: str, shard: str, pos: Position, iterator: str | None) -> None:
+        if iterator is not None:
+            self._continuations[(stream, shard)] = (pos.to_str(), iterator, time.monotonic())
+
+    async def probe(self, stream: str, shard: str, start: Position) -> ProbeResult:
+        """The newest record after ``start`` in one shard (or that there is none)."""
+        k = self._kinesis
+        cached = self._take(stream, shard, start)
+        if cached is not None:
+            page = await k.page_at(stream, shard, start, 1, cached)
+        else:
+            page = await self._open(stream, shard, start)
+        hops = 0
+        while not page.records and not page.at_tip and hops < MAX_EMPTY_HOPS:
+            page = await k.page(page.next_iterator, 1)  # type: ignore[arg-type]
+            hops += 1
+        if not page.records:
+            if page.next_iterator is None:
+                return ProbeResult(ended=True)
+            if page.at_tip:
+                self._keep(stream, shard, start, page.next_iterator)
+            return ProbeResult()
+        first = page.records[0]
+        first_arrival = arrival_seconds(first)
+        tip_arrival = first_arrival + page.behind_ms / 1000.0
+        window = INITIAL_WINDOW_S
+        while True:
+            since = tip_arrival - window
+            if since <= first_arrival or page.at_tip:
+                # The tip is at (or within a few ms of) the first new record: read on from it.
+                tip, cont = await self._read_to_tip(page.next_iterator)  # type: ignore[arg-type]
+            else:
+                iterator = await k.iterator(
+                    stream, shard, Position.at_timestamp(_utc(since))
+                )
+                tip, cont = await self._read_to_tip(iterator)
+            if tip is not None or since <= first_arrival or page.at_tip:
+                break
+            window *= WINDOW_GROWTH
+        end = first["SequenceNumber"]
+        if tip is not None and seq_key(tip) > seq_key(end):
+            end = tip
+        if end == tip:
+            self._keep(stream, shard, Position.after(end), cont)
+        return ProbeResult(tip=end, behind_ms=page.behind_ms)
+
+    async def _open(self, stream: str, shard: str, start: Position) -> Page:
+        """The first page after ``start``, checking that ``start``'s record is still there."""
+        opening = opening_position(start)
+        extra = 1 if opening != start else 0  # the start's own record comes first
+        try:
+            page = await self._kinesis.page_at(stream, shard, opening, 1 + extra, None)
+        except ClientError as exc:
+            if error_code(exc) != INVALID_ARGUMENT:
+                raise
+            self._lost(stream, shard, start, None)
+            return await self._kinesis.page_at(stream, shard, Position.trim_horizon(), 1, None)
+        page.records, landed = check_opening(page.records, start)
+        if landed is not None:
+            self._lost(stream, shard, start, landed)
+        return page
+
+    def _lost(self, stream: str, shard: str, start: Position, landed: str | None) -> None:
+        message = data_loss_message(stream, shard, start, landed)
+        if self._fail_on_data_loss:
+            raise DataLossError(message)
+        log.warning("%s Going on (failOnDataLoss=false).", message)
+
+    async def _read_to_tip(self, iterator: str | None) -> tuple[str | None, str | None]:
+        """Read pages until the tip; return the last sequence number and the iterator after it."""
+        last = None
+        for _ in range(MAX_TIP_PAGES):
+            if iterator is None:  # the shard ended
+                break
+            page = await self._kinesis.page(iterator, self._page_limit)
+            if page.records:
+                last = page.records[-1]["SequenceNumber"]
+            iterator = page.next_iterator
+            if page.caught_up(self._page_limit):
+                break
+        return last, iterator
+
+    async def probe_all(
+        self, starts: dict[tuple[str, str], Position], concurrency: int = 64
+    ) -> dict[tuple[str, str], ProbeResult]:
+        """Probe many shards concurrently."""
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(key: tuple[str, str], start: Position) -> ProbeResult:
+            async with gate:
+                return await self.probe(key[0], key[1], start)
+
+        keys = list(starts)
+        results = await asyncio.gather(*(one(key, starts[key]) for key in keys))
+        return dict(zip(keys, results))
+
+
+def _utc(epoch_seconds: float) -> datetime:
+    return datetime.fromtimestamp(epoch_seconds, tz=timezone.utc)
