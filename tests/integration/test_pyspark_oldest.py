@@ -1,0 +1,28 @@
+"""The oldest supported pyspark (4.0) reads a stream end to end, in the second virtualenv that
+./dev makes (.venv-pyspark40)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+OLD_PYTHON = Path(__file__).resolve().parents[2] / ".venv-pyspark40" / "bin" / "python"
+
+
+def test_pyspark_4_0_reads_every_record_once():
+    assert OLD_PYTHON.exists(), "run ./dev setup: it makes .venv-pyspark40"
+    proc = subprocess.run(
+        [str(OLD_PYTHON), "-m", "tests.support.smoke_read"],
+        cwd=OLD_PYTHON.parents[2], capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["pyspark"].startswith("4.0."), result["pyspark"]
+    assert result["error"] is None
+    assert len(result["got"]) == len(set(map(tuple, result["got"]))) == 150
+    assert sorted(map(tuple, result["got"])) == sorted(map(tuple, result["sent"]))
