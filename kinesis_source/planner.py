@@ -44,6 +44,7 @@ class Planner:
         self._last_probe: tuple[str, Offset, float] | None = None
         self._relist = False
         self._lag: dict[str, dict] = {}
+        self._identity: dict[str, str] | None = None
         self.probes = 0
 
     # -- runtime -------------------------------------------------------------------------
@@ -128,8 +129,11 @@ class Planner:
         return {shard_key(st, s.shard_id) for st, shards in listing.items() for s in shards}
 
     def stream_identities(self) -> dict[str, str]:
-        """Each stream's creation time: a stream re-created under its name gets a new one."""
-        return self._run(self._identities())
+        """Each stream's creation time: a stream re-created under its name gets a new one.
+        Asked once per run (the checkpointer compares and stores it)."""
+        if self._identity is None:
+            self._identity = self._run(self._identities())
+        return self._identity
 
     async def _identities(self) -> dict[str, str]:
         k = await self._client()
