@@ -92,6 +92,23 @@ def decode(data: bytes) -> list[tuple[str, bytes, str | None]]:
     return [_user_record(rec, keys, hash_keys) for rec in raw]
 
 
+def count_user_records(data: bytes) -> int:
+    """How many user records a Kinesis record's data holds (1 unless it is an aggregate).
+
+    Used to plan read limits on the driver, so it skips the MD5 check: a corrupt aggregate
+    counts as 1 (it fails or is skipped when read, as ``onCorruptAggregate`` says).
+    """
+    if not is_aggregate(data) or len(data) < len(MAGIC) + _DIGEST:
+        return 1
+    try:
+        count = sum(
+            1 for number, wire, _ in _fields(data[len(MAGIC) : -_DIGEST]) if number == 3 and wire == 2
+        )
+    except CorruptAggregateError:
+        return 1
+    return max(count, 1)
+
+
 def _user_record(
     rec: bytes, keys: list[str], hash_keys: list[str]
 ) -> tuple[str, bytes, str | None]:

@@ -278,6 +278,18 @@ class SourceOptions:
         "`Limit` of each `GetRecords` call (1..10000).",
         _int_in(1, 10000),
     )
+    max_records_per_batch: int | None = _option(
+        "maxRecordsPerBatch",
+        "int",
+        None,
+        "Most records (user records, after KPL de-aggregation) in one micro-batch, shared "
+        "fairly among the shards with data. Default: no limit. The driver then reads the "
+        "batch's records to find where it ends, so use it to catch up a backlog in bounded "
+        "batches. A single Kinesis record holding more user records than the limit forms a "
+        "batch of its own (records are never split). `Trigger.AvailableNow` honours it; "
+        "`Trigger.Once` reads everything, as in Spark's other sources.",
+        _int_in(1),
+    )
     min_probe_interval_ms: int = _option(
         "minProbeIntervalMs",
         "int",

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Awaitable, TypeVar
 
 from .aws import AwsSettings
 from .kinesis import AsyncKinesis, DataLossError, KinesisSourceError, ShardInfo
+from .limits import BudgetPlanner
 from .lineage import gone_shards, probe_starts, retire_finished
 from .options import InitialPosition, OptionError, SourceOptions
 from .positions import (
@@ -17,6 +19,7 @@ from .positions import (
     Offset,
     Position,
     ShardRange,
+    seq_key,
     shard_key,
     split_shard_key,
 )
@@ -25,6 +28,38 @@ from .probe import TailProber
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a ``Trigger.AvailableNow`` run reads: the data in the stream when it started.
+
+    ``caps`` holds each shard open at that moment and its newest record then (None if it had
+    none); shards closed then are read to their end. A shard created later holds only records
+    that arrived after the start, so it is not read at all.
+    """
+
+    caps: dict[str, str | None]
+    closed: frozenset[str]
+
+    def bound(
+        self, starts: dict[tuple[str, str], Position]
+    ) -> tuple[dict[tuple[str, str], Position], dict[tuple[str, str], str]]:
+        """The shards of ``starts`` with records left within the target, and their caps."""
+        kept: dict[tuple[str, str], Position] = {}
+        caps: dict[tuple[str, str], str] = {}
+        for sid, pos in starts.items():
+            key = shard_key(*sid)
+            if key in self.closed:
+                kept[sid] = pos
+                continue
+            cap = self.caps.get(key)
+            if cap is None:
+                continue
+            if pos.kind == AFTER and seq_key(pos.seq) >= seq_key(cap):  # type: ignore[arg-type]
+                continue
+            kept[sid], caps[sid] = pos, cap
+        return kept, caps
 
 
 class Planner:
@@ -45,6 +80,8 @@ class Planner:
         self._relist = False
         self._lag: dict[str, dict] = {}
         self._identity: dict[str, str] | None = None
+        self._target: Target | None = None
+        self._turn = 0  # rotates which shard a limited batch serves first
         self.probes = 0
 
     # -- runtime -------------------------------------------------------------------------
@@ -145,28 +182,59 @@ class Planner:
         assert self._prober is not None, "client not created"
         return self._prober
 
-    def latest_offset(self, start: Offset) -> Offset:
-        """The exact end of the next batch: every shard's tip after ``start``.
+    def latest_offset(self, start: Offset, max_records: int | None = None) -> Offset:
+        """The exact end of the next batch: every shard's tip after ``start``, or, with
+        ``max_records``, a fair cut holding at most that many user records (``limits.py``).
+        Under ``Trigger.AvailableNow`` no shard goes past its target.
 
         Returns ``start`` itself when nothing new arrived, so idle streams run no batches.
-        At most one probe per ``minProbeIntervalMs`` for the same start.
+        At most one probe per ``minProbeIntervalMs`` for the same start and limit.
         """
-        start_json = start.to_json()
+        probe_key = f"{start.to_json()}|{max_records}"
         now = time.monotonic()
         if self._last_probe is not None:
-            last_start, last_end, at = self._last_probe
+            last_key, last_end, at = self._last_probe
             interval = self._opts.min_probe_interval_ms / 1000
-            if last_start == start_json and now - at < interval:
+            if last_key == probe_key and now - at < interval:
                 return last_end
-        end = self._run(self._probe(start))
-        self._last_probe = (start_json, end, time.monotonic())
+        end = self._run(self._probe(start, max_records))
+        self._last_probe = (probe_key, end, time.monotonic())
         return end
+
+    def prepare_available_now(self) -> Target:
+        """Fix the target of a ``Trigger.AvailableNow`` run: every open shard's newest record
+        now. Later ends never pass it, so the run stops once every shard reached it."""
+        self._target = self._run(self._find_target())
+        self._last_probe = None
+        log.info(
+            "Trigger.AvailableNow: reading up to the newest record of %d open shard(s), and "
+            "%d closed shard(s) to their end",
+            len(self._target.caps), len(self._target.closed),
+        )
+        return self._target
+
+    async def _find_target(self) -> Target:
+        listing = await self._listing(force=True)
+        open_shards = {
+            (stream, s.shard_id): Position.trim_horizon()
+            for stream, shards in listing.items()
+            for s in shards
+            if not s.is_closed
+        }
+        results = await self._prober_ready().probe_all(open_shards)
+        closed = frozenset(
+            shard_key(stream, s.shard_id)
+            for stream, shards in listing.items()
+            for s in shards
+            if s.is_closed
+        )
+        return Target({shard_key(*sid): r.tip for sid, r in results.items()}, closed)
 
     def last_end(self) -> Offset | None:
         """The end returned by the last probe, if any."""
         return self._last_probe[1] if self._last_probe is not None else None
 
-    async def _probe(self, start: Offset) -> Offset:
+    async def _probe(self, start: Offset, max_records: int | None) -> Offset:
         listing = await self._listing(force=self._relist)
         self._relist = False
         positions = dict(start.shards)
@@ -182,7 +250,18 @@ class Planner:
             log.warning("%s Going on without it (failOnDataLoss=false).", message)
             del positions[key]
         starts = probe_starts(listing, positions)
-        results = await self._prober_ready().probe_all(starts)
+        caps: dict[tuple[str, str], str] = {}
+        if self._target is not None:
+            starts, caps = self._target.bound(starts)
+        if max_records is None:
+            results = await self._prober_ready().probe_all(starts, caps)
+        else:
+            budget = BudgetPlanner(
+                await self._client(), self._prober_ready(), self._opts.max_records_per_fetch
+            )
+            results = await budget.plan(starts, max_records, self._turn, caps)
+            if any(r.tip for r in results.values()):
+                self._turn += 1  # per batch with data, so every shard in turn is served first
         self.probes += 1
         lag = {}
         for (stream, shard_id), result in results.items():

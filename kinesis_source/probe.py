@@ -81,18 +81,26 @@ class TailProber:
             return None
         return iterator
 
-    def _keep(self, stream: str, shard: str, pos: Position, iterator: str | None) -> None:
+    def keep(self, stream: str, shard: str, pos: Position, iterator: str | None) -> None:
+        """Remember an iterator at ``pos``: the next probe from there costs one call."""
         if iterator is not None:
             self._continuations[(stream, shard)] = (pos.to_str(), iterator, time.monotonic())
 
-    async def probe(self, stream: str, shard: str, start: Position) -> ProbeResult:
-        """The newest record after ``start`` in one shard (or that there is none)."""
-        k = self._kinesis
+    async def first_page(self, stream: str, shard: str, start: Position, limit: int) -> Page:
+        """The first page after ``start``: from the iterator a previous probe left there, else
+        from a new iterator, checking that ``start``'s record is still there."""
         cached = self._take(stream, shard, start)
         if cached is not None:
-            page = await k.page_at(stream, shard, start, 1, cached)
-        else:
-            page = await self._open(stream, shard, start)
+            return await self._kinesis.page_at(stream, shard, start, limit, cached)
+        return await self._open(stream, shard, start, limit)
+
+    async def probe(
+        self, stream: str, shard: str, start: Position, cap: str | None = None
+    ) -> ProbeResult:
+        """The newest record after ``start`` in one shard (or that there is none); with
+        ``cap``, the newest record not after the sequence number ``cap``."""
+        k = self._kinesis
+        page = await self.first_page(stream, shard, start, 1)
         hops = 0
         while not page.records and not page.at_tip and hops < MAX_EMPTY_HOPS:
             page = await k.page(page.next_iterator, 1)  # type: ignore[arg-type]
@@ -101,9 +109,11 @@ class TailProber:
             if page.next_iterator is None:
                 return ProbeResult(ended=True)
             if page.at_tip:
-                self._keep(stream, shard, start, page.next_iterator)
+                self.keep(stream, shard, start, page.next_iterator)
             return ProbeResult()
         first = page.records[0]
+        if cap is not None and seq_key(first["SequenceNumber"]) > seq_key(cap):
+            return ProbeResult(behind_ms=page.behind_ms)
         first_arrival = arrival_seconds(first)
         tip_arrival = first_arrival + page.behind_ms / 1000.0
         window = INITIAL_WINDOW_S
@@ -123,21 +133,23 @@ class TailProber:
         end = first["SequenceNumber"]
         if tip is not None and seq_key(tip) > seq_key(end):
             end = tip
+        if cap is not None and seq_key(end) > seq_key(cap):
+            return ProbeResult(tip=cap, behind_ms=page.behind_ms)
         if end == tip:
-            self._keep(stream, shard, Position.after(end), cont)
+            self.keep(stream, shard, Position.after(end), cont)
         return ProbeResult(tip=end, behind_ms=page.behind_ms)
 
-    async def _open(self, stream: str, shard: str, start: Position) -> Page:
+    async def _open(self, stream: str, shard: str, start: Position, limit: int) -> Page:
         """The first page after ``start``, checking that ``start``'s record is still there."""
         opening = opening_position(start)
         extra = 1 if opening != start else 0  # the start's own record comes first
         try:
-            page = await self._kinesis.page_at(stream, shard, opening, 1 + extra, None)
+            page = await self._kinesis.page_at(stream, shard, opening, limit + extra, None)
         except ClientError as exc:
             if error_code(exc) != INVALID_ARGUMENT:
                 raise
             self._lost(stream, shard, start, None)
-            return await self._kinesis.page_at(stream, shard, Position.trim_horizon(), 1, None)
+            return await self._kinesis.page_at(stream, shard, Position.trim_horizon(), limit, None)
         page.records, landed = check_opening(page.records, start)
         if landed is not None:
             self._lost(stream, shard, start, landed)
@@ -164,14 +176,18 @@ class TailProber:
         return last, iterator
 
     async def probe_all(
-        self, starts: dict[tuple[str, str], Position], concurrency: int = 64
+        self,
+        starts: dict[tuple[str, str], Position],
+        caps: dict[tuple[str, str], str] | None = None,
+        concurrency: int = 64,
     ) -> dict[tuple[str, str], ProbeResult]:
-        """Probe many shards concurrently."""
+        """Probe many shards concurrently (``caps``: the newest record each may end at)."""
         gate = asyncio.Semaphore(concurrency)
+        caps = caps or {}
 
         async def one(key: tuple[str, str], start: Position) -> ProbeResult:
             async with gate:
-                return await self.probe(key[0], key[1], start)
+                return await self.probe(key[0], key[1], start, caps.get(key))
 
         keys = list(starts)
         results = await asyncio.gather(*(one(key, starts[key]) for key in keys))

@@ -22,6 +22,18 @@ from .planner import Planner, plan_ranges
 from .positions import Offset, ShardRange
 from .records import SCHEMA_DDL, to_record_batch, user_records
 
+try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    _AVAILABLE_NOW: tuple[type, ...] = (SupportsTriggerAvailableNow,)
+except ImportError:  # pyspark 4.0/4.1: Spark runs AvailableNow as one batch (docs/semantics.md)
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+    _AVAILABLE_NOW = ()
+
 log = logging.getLogger(__name__)
 
 FORMAT_NAME = "kinesis-ddb"
@@ -69,7 +81,7 @@ class KinesisDataSource(DataSource):
         return f"{type(self).__name__}()"
 
 
-class KinesisStreamReader(DataSourceStreamReader):
+class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ignore[misc]
     """Plans exact ranges on the driver, replays them on executors."""
 
     def __init__(self, opts: SourceOptions, callback: Any = None) -> None:
@@ -121,10 +133,30 @@ class KinesisStreamReader(DataSourceStreamReader):
             self.checkpointer.before_planning(begin)
         else:
             begin = planner.last_end() or self.checkpointer.initial_offset()
-        end = planner.latest_offset(begin)
+        end = planner.latest_offset(begin, self._max_records(limit))
         if end != begin:
             self.checkpointer.before_batch()
         return end.to_dict()
+
+    def _max_records(self, limit: Any) -> int | None:
+        """The batch's record limit: Spark's (``ReadAllAvailable`` for Trigger.Once means none),
+        else ``maxRecordsPerBatch`` (pyspark < 4.2 passes no limit)."""
+        if ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable):
+            return None
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            return max(1, int(limit.max_rows))
+        return self._opts.max_records_per_batch
+
+    def getDefaultReadLimit(self) -> Any:
+        """``ReadMaxRows(maxRecordsPerBatch)`` when the option is set, else no limit."""
+        if self._opts.max_records_per_batch is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self._opts.max_records_per_batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: fix the target (every shard's newest record now); later
+        batches never pass it and the run stops when all shards reached it."""
+        self.planner.prepare_available_now()
 
     def reportLatestOffset(self) -> dict | None:
         """Probe and commit counters, shown in ``StreamingQueryProgress.sources[].latestOffset``."""

@@ -19,6 +19,7 @@ class FakeShard:
 
     records: list[tuple[str, float]] = field(default_factory=list)
     closed: bool = False
+    payloads: dict[str, bytes] = field(default_factory=dict)  # Data by seq; default b"d<seq>"
 
 
 def _error(code: str) -> ClientError:
@@ -77,7 +78,7 @@ class FakeKinesis:
         out = {
             "Records": [
                 {
-                    "Data": f"d{s}".encode(),
+                    "Data": shard.payloads.get(s, f"d{s}".encode()),
                     "PartitionKey": "k",
                     "SequenceNumber": s,
                     "ApproximateArrivalTimestamp": datetime.fromtimestamp(a, tz=timezone.utc),
