@@ -26,8 +26,9 @@ class Producer:
     keys: int = 16
     sent: list[Put] = field(default_factory=list)
 
-    def put(self, count: int, burst: int = 100) -> list[Put]:
-        """Put ``count`` records in ``PutRecords`` calls of ``burst``; returns them."""
+    def put(self, count: int, burst: int = 100, hash_key: str | None = None) -> list[Put]:
+        """Put ``count`` records in ``PutRecords`` calls of ``burst``; returns them.
+        ``hash_key`` (an ``ExplicitHashKey``) sends them all to the shard owning it."""
         out: list[Put] = []
         while count > 0:
             n = min(burst, count)
@@ -36,9 +37,13 @@ class Producer:
                 {"Data": f"{self.tag}-{base + i}".encode(), "PartitionKey": f"k{(base + i) % self.keys}"}
                 for i in range(n)
             ]
+            if hash_key is not None:
+                for rec in batch:
+                    rec["ExplicitHashKey"] = hash_key
             resp = self.client.put_records(StreamName=self.stream, Records=batch)
             assert resp.get("FailedRecordCount", 0) == 0, resp
             for rec, res in zip(batch, resp["Records"]):
+                rec.pop("ExplicitHashKey", None)
                 out.append(Put(rec["Data"], rec["PartitionKey"], res["ShardId"], res["SequenceNumber"]))
             count -= n
         self.sent.extend(out)
