@@ -1,4 +1,5 @@
-"""The ``kinesis-ddb`` command: ``checkpoints show|reset|export`` and ``demo``."""
+"""The ``kinesis-ddb`` command: ``checkpoints show|reset|export|import-kcl``, ``consumers
+deregister``, ``produce`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import TextIO
 from . import __version__
 from .aws import AwsSettings
 from .checkpoints import CheckpointError, CheckpointStore, Snapshot
+from .kinesis import KinesisSourceError
 from .options import OptionError, parse_initial_position
 
 DEFAULT_TABLE = "kinesis_ddb_checkpoints"
@@ -42,6 +44,19 @@ def _produce(args: argparse.Namespace) -> int:
         done = producer.run(args.records, args.rate, lambda n: progress.update(task, completed=n))
     shards = len({s.shard_id for s in producer.snapshot()})
     print(f"put {done} records to stream {args.stream} ({shards} shards)")
+    return 0
+
+
+def _deregister(args: argparse.Namespace) -> int:
+    from .efo import deregister_consumer
+
+    settings = AwsSettings(region=args.region, endpoint_url=args.endpoint_url, profile=args.profile)
+    client = settings.boto3_client("kinesis")
+    for stream in args.stream:
+        if deregister_consumer(client, stream, args.name, timeout_s=args.wait):
+            print(f"deregistered EFO consumer {args.name} of stream {stream}")
+        else:
+            print(f"stream {stream} has no EFO consumer {args.name}")
     return 0
 
 
@@ -270,6 +285,19 @@ def build_parser() -> argparse.ArgumentParser:
     kcl.add_argument("--stream", help="the stream of leases keyed by bare shard ids")
     kcl.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     kcl.set_defaults(func=_import_kcl)
+
+    consumers = sub.add_parser("consumers", help="manage enhanced fan-out consumers")
+    cons_sub = consumers.add_subparsers(dest="action", required=True)
+    dereg = cons_sub.add_parser(
+        "deregister", help="deregister an EFO consumer (e.g. left behind by a crashed query)"
+    )
+    dereg.add_argument("--stream", required=True, action="append", help="stream (repeatable)")
+    dereg.add_argument("--name", required=True, help="the consumer name (consumerName option)")
+    dereg.add_argument("--wait", type=float, default=None, help="seconds to wait until it is gone")
+    dereg.add_argument("--endpoint-url", help="Kinesis endpoint URL (local servers)")
+    dereg.add_argument("--region", help="AWS region (default: the boto3 chain)")
+    dereg.add_argument("--profile", help="AWS profile")
+    dereg.set_defaults(func=_deregister)
     return parser
 
 
@@ -278,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (CheckpointError, OptionError) as exc:
+    except (CheckpointError, OptionError, KinesisSourceError) as exc:
         print(f"kinesis-ddb: {exc}", file=sys.stderr)
         return 1
 

@@ -322,6 +322,40 @@ class SourceOptions:
         "on each AWS call before the error reaches the query.",
         _int_in(1, 100),
     )
+    consumer_mode: str = _option(
+        "consumerMode",
+        "string",
+        "polling",
+        "`polling` reads with `GetRecords` (shares the shard's 2 MB/s with other readers); "
+        "`efo` reads each range with enhanced fan-out `SubscribeToShard` through a registered "
+        "consumer (its own 2 MB/s per shard; costs extra; wants triggers of 5 s or more, as "
+        "Kinesis refuses a new subscription of one consumer and shard within 5 s of the last).",
+        _one_of("polling", "efo"),
+    )
+    consumer_name: str | None = _option(
+        "consumerName",
+        "string",
+        None,
+        "EFO consumer name (with `consumerMode=efo`), registered on each stream if missing and "
+        "waited for until ACTIVE. Default: `applicationName`.",
+        _app_name,
+    )
+    consumer_timeout_ms: int = _option(
+        "consumerTimeoutMs",
+        "int",
+        120000,
+        "How long to wait for an EFO consumer to become ACTIVE (registering takes seconds).",
+        _int_in(1000),
+    )
+    deregister_consumer: bool = _option(
+        "deregisterConsumer",
+        "bool",
+        False,
+        "Deregister the EFO consumer when the query stops (Spark ends the source's planner "
+        "process with SIGTERM, which kinesis-ddb handles). `kinesis-ddb consumers deregister` "
+        "does it by hand, e.g. after a crash.",
+        _bool,
+    )
     application_name: str = _option(
         "applicationName",
         "string",
@@ -468,6 +502,10 @@ class SourceOptions:
             )
         if (self.role_external_id or self.sts_endpoint_url) and not self.role_arn:
             raise OptionError("Options 'roleExternalId' and 'stsEndpointUrl' need 'roleArn'")
+        if self.consumer_mode != "efo" and (self.consumer_name or self.deregister_consumer):
+            raise OptionError(
+                "Options 'consumerName' and 'deregisterConsumer' need consumerMode=efo"
+            )
         if self.profile and self.aws_access_key_id:
             raise OptionError(
                 "Options 'profile' and 'awsAccessKeyId' exclude each other: give one way of "

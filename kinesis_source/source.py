@@ -16,6 +16,8 @@ from pyspark.sql.types import StructType
 
 from .aws import AwsSettings, shared_client
 from .committer import Checkpointer
+from .consumer import Consumers
+from .efo import SubscribeRangeReader
 from .kinesis import RangeReader
 from .options import SourceOptions
 from .planner import Planner, plan_ranges
@@ -42,10 +44,17 @@ FORMAT_NAME = "kinesis-ddb"
 class RangePartition(InputPartition):
     """One exact shard range plus what an executor needs to read it."""
 
-    def __init__(self, rng: ShardRange, settings: AwsSettings, opts: SourceOptions) -> None:
+    def __init__(
+        self,
+        rng: ShardRange,
+        settings: AwsSettings,
+        opts: SourceOptions,
+        consumer_arn: str | None = None,
+    ) -> None:
         super().__init__(str(rng))
         self.range = rng
         self.settings = settings
+        self.consumer_arn = consumer_arn  # set: read by enhanced fan-out subscription
         self.page_limit = opts.max_records_per_fetch
         self.on_corrupt = opts.on_corrupt_aggregate
         self.fail_on_data_loss = opts.fail_on_data_loss
@@ -90,11 +99,13 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         # Made on first driver call: the reader is pickled right after __init__.
         self._planner: Planner | None = None
         self._checkpointer: Checkpointer | None = None
+        self._consumers: Consumers | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_planner"] = None
         state["_checkpointer"] = None
+        state["_consumers"] = None
         return state
 
     def __repr__(self) -> str:
@@ -171,13 +182,24 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         """One partition per shard range that holds records."""
         settings = AwsSettings.for_kinesis(self._opts)
         ranges = plan_ranges(Offset.from_dict(start), Offset.from_dict(end))
-        return [RangePartition(r, settings, self._opts) for r in ranges]
+        arns: dict[str, str] = {}
+        if ranges and self._opts.consumer_mode == "efo":
+            if self._consumers is None:
+                self._consumers = Consumers(self._opts)
+            arns = self._consumers.arns()
+        return [RangePartition(r, settings, self._opts, arns.get(r.stream)) for r in ranges]
 
     def read(self, partition: RangePartition) -> Iterator[Any]:
         """Replay one range in order as Arrow batches (runs on an executor)."""
         rng = partition.range
         client = shared_client(partition.settings, "kinesis")
-        reader = RangeReader(client, rng, partition.page_limit, partition.fail_on_data_loss)
+        reader: RangeReader | SubscribeRangeReader
+        if partition.consumer_arn is not None:
+            reader = SubscribeRangeReader(
+                client, partition.consumer_arn, rng, partition.fail_on_data_loss
+            )
+        else:
+            reader = RangeReader(client, rng, partition.page_limit, partition.fail_on_data_loss)
         for records in reader.pages():
             users = user_records(records, rng, partition.on_corrupt)
             if users:
@@ -191,3 +213,5 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         """Release the driver's client and event loop."""
         if self._planner is not None:
             self._planner.close()
+        if self._consumers is not None and self._opts.deregister_consumer:
+            self._consumers.release()

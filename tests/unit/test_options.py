@@ -160,3 +160,11 @@ def test_checkpoint_options():
     assert "package.module:function" in msg
     assert parse(onCommitErrors="LOG").on_commit_errors == "log"
     bad("must be one of fail, log", onCommitErrors="ignore")
+
+
+def test_efo_options_need_efo_mode():
+    base = {"streamName": "s", "applicationName": "a"}
+    with pytest.raises(OptionError, match="consumerName.*consumerMode=efo"):
+        SourceOptions.parse({**base, "consumerName": "c"})
+    opts = SourceOptions.parse({**base, "consumerMode": "EFO", "deregisterConsumer": "true"})
+    assert opts.consumer_mode == "efo" and opts.deregister_consumer

@@ -1,0 +1,407 @@
+"""Enhanced fan-out (EFO): the stream consumer's lifecycle, and exact ranges read by
+``SubscribeToShard``.
+
+An EFO consumer gets its own 2 MB/s per shard, pushed over a subscription instead of polled with
+``GetRecords``. :class:`SubscribeRangeReader` replays one exact :class:`ShardRange` that way and
+yields pages shaped exactly like :meth:`kinesis.RangeReader.pages` (same record dicts, same
+order, same data-loss check), so the rest of the read path does not know which one ran.
+
+Retries follow the project's rule: botocore's standard retry mode handles throttling, 5xx and
+network errors of each call; tenacity handles only what botocore cannot: waiting for a consumer
+to become ACTIVE, and resubscribing after an error *inside* a subscription's event stream (an
+exception event, a connection dropped mid-stream) or a ``ResourceInUseException`` while an
+earlier subscription of the same consumer and shard lingers (Kinesis refuses a new one within
+5 seconds of the previous).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator
+
+from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception,
+    retry_if_result,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+    wait_fixed,
+)
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from .kinesis import (
+    INVALID_ARGUMENT,
+    NOT_FOUND,
+    DataLossError,
+    KinesisSourceError,
+    RangeIncompleteError,
+    check_opening,
+    data_loss_message,
+    error_code,
+    opening_position,
+)
+from .positions import Position, ShardRange, seq_key
+
+log = logging.getLogger(__name__)
+
+ACTIVE = "ACTIVE"
+DELETING = "DELETING"
+IN_USE = "ResourceInUseException"
+LIMIT_EXCEEDED = "LimitExceededException"
+# Errors of a subscription that a new subscription can get past.
+_RECOVERABLE_CODES = {
+    "InternalFailureException",
+    "InternalFailure",
+    "ServiceUnavailable",
+    IN_USE,
+    LIMIT_EXCEEDED,  # one SubscribeToShard per second per consumer and shard
+    "KMSThrottlingException",
+}
+
+
+class ConsumerError(KinesisSourceError):
+    """The EFO consumer cannot be registered, found or made ACTIVE."""
+
+
+class SubscriptionEndedEarly(Exception):
+    """A subscription ended before sending a single event (counted as a failed attempt, so a
+    server that keeps doing it cannot make the reader loop forever)."""
+
+
+# -- consumer lifecycle ---------------------------------------------------------------------
+
+
+def stream_arn(client: Any, stream_name: str) -> str:
+    """The ARN of ``stream_name`` (``DescribeStreamSummary``)."""
+    try:
+        summary = client.describe_stream_summary(StreamName=stream_name)
+    except ClientError as exc:
+        if error_code(exc) == NOT_FOUND:
+            raise ConsumerError(
+                f"Kinesis stream '{stream_name}' was not found ({exc}); check option "
+                "'streamName' and option 'region'/'endpointUrl'"
+            ) from exc
+        raise
+    return summary["StreamDescriptionSummary"]["StreamARN"]
+
+
+def _describe(client: Any, arn: str, consumer_name: str) -> dict | None:
+    """The consumer's description, or None when it does not exist."""
+    try:
+        resp = client.describe_stream_consumer(StreamARN=arn, ConsumerName=consumer_name)
+    except ClientError as exc:
+        if error_code(exc) == NOT_FOUND:
+            return None
+        raise
+    return resp["ConsumerDescription"]
+
+
+def _register(client: Any, arn: str, stream_name: str, consumer_name: str) -> None:
+    try:
+        client.register_stream_consumer(StreamARN=arn, ConsumerName=consumer_name)
+    except ClientError as exc:
+        code = error_code(exc)
+        if code == IN_USE:
+            return  # registered meanwhile by another driver: it is the one we want
+        if code == LIMIT_EXCEEDED:
+            raise ConsumerError(
+                f"Cannot register EFO consumer '{consumer_name}' on Kinesis stream "
+                f"'{stream_name}': {exc}. A stream has at most 20 consumers (see "
+                "ListStreamConsumers); deregister unused ones or reuse one by name."
+            ) from exc
+        raise
+
+
+def _poll(timeout_s: float, poll_s: float) -> dict[str, Any]:
+    return {"stop": stop_after_delay(timeout_s), "wait": wait_fixed(poll_s)}
+
+
+def wait_active(
+    client: Any, consumer_arn: str, timeout_s: float = 120.0, poll_s: float = 1.0
+) -> None:
+    """Wait until the consumer ``consumer_arn`` is ACTIVE (a new one is CREATING for a few
+    seconds, and cannot subscribe until then)."""
+
+    def status() -> str | None:
+        try:
+            desc = client.describe_stream_consumer(ConsumerARN=consumer_arn)
+        except ClientError as exc:
+            if error_code(exc) == NOT_FOUND:
+                return None
+            raise
+        return desc["ConsumerDescription"]["ConsumerStatus"]
+
+    try:
+        Retrying(retry=retry_if_result(lambda s: s != ACTIVE), **_poll(timeout_s, poll_s))(status)
+    except RetryError as exc:
+        last = exc.last_attempt.result()
+        raise ConsumerError(
+            f"EFO consumer {consumer_arn} is {last or 'gone'}, not ACTIVE, after {timeout_s:g} s"
+        ) from None
+
+
+def ensure_consumer(
+    client: Any, stream_name: str, consumer_name: str, timeout_s: float = 120.0, poll_s: float = 1.0
+) -> str:
+    """The ARN of the ACTIVE consumer ``consumer_name`` of ``stream_name``, registering it
+    first when it does not exist; idempotent (several drivers may call it at once)."""
+    arn = stream_arn(client, stream_name)
+    desc = _describe(client, arn, consumer_name)
+    if desc is not None and desc["ConsumerStatus"] == DELETING:
+        # A consumer of that name is being deregistered: it must be gone before the name is free.
+        log.info("EFO consumer %s of %s is being deleted; waiting", consumer_name, stream_name)
+        try:
+            Retrying(retry=retry_if_result(lambda d: d is not None), **_poll(timeout_s, poll_s))(
+                _describe, client, arn, consumer_name
+            )
+        except RetryError:
+            raise ConsumerError(
+                f"EFO consumer '{consumer_name}' of Kinesis stream '{stream_name}' is still "
+                f"DELETING after {timeout_s:g} s"
+            ) from None
+        desc = None
+    if desc is None:
+        log.info("registering EFO consumer %s on stream %s", consumer_name, stream_name)
+        _register(client, arn, stream_name, consumer_name)
+        desc = _describe(client, arn, consumer_name)
+        if desc is None:
+            raise ConsumerError(
+                f"EFO consumer '{consumer_name}' of Kinesis stream '{stream_name}' is not there "
+                "after RegisterStreamConsumer (deregistered concurrently, or the stream is not "
+                "ACTIVE?)"
+            )
+    if desc["ConsumerStatus"] != ACTIVE:
+        wait_active(client, desc["ConsumerARN"], timeout_s, poll_s)
+    return desc["ConsumerARN"]
+
+
+def deregister_consumer(
+    client: Any,
+    stream_name: str,
+    consumer_name: str,
+    timeout_s: float | None = None,
+    poll_s: float = 1.0,
+) -> bool:
+    """Deregister ``consumer_name`` of ``stream_name``; False if there was none. With
+    ``timeout_s``, wait until it is gone (so the name can be registered again)."""
+    arn = stream_arn(client, stream_name)
+    try:
+        client.deregister_stream_consumer(StreamARN=arn, ConsumerName=consumer_name)
+    except ClientError as exc:
+        if error_code(exc) == NOT_FOUND:
+            return False
+        raise
+    if timeout_s is not None:
+        try:
+            Retrying(retry=retry_if_result(lambda d: d is not None), **_poll(timeout_s, poll_s))(
+                _describe, client, arn, consumer_name
+            )
+        except RetryError:
+            raise ConsumerError(
+                f"EFO consumer '{consumer_name}' of Kinesis stream '{stream_name}' is still "
+                f"there {timeout_s:g} s after it was deregistered"
+            ) from None
+    return True
+
+
+# -- reading a range by subscription --------------------------------------------------------
+
+
+def starting_position(position: Position) -> dict[str, Any]:
+    """``SubscribeToShard``'s ``StartingPosition`` for a position (as ``GetShardIterator``'s
+    arguments would open it)."""
+    args = position.iterator_args()
+    out: dict[str, Any] = {"Type": args["ShardIteratorType"]}
+    if "StartingSequenceNumber" in args:
+        out["SequenceNumber"] = args["StartingSequenceNumber"]
+    if "Timestamp" in args:
+        out["Timestamp"] = args["Timestamp"]
+    return out
+
+
+def _recoverable(exc: BaseException) -> bool:
+    if isinstance(exc, SubscriptionEndedEarly):
+        return True
+    if isinstance(exc, ClientError):
+        return error_code(exc) in _RECOVERABLE_CODES
+    # A connection reset or timeout in the middle of the event stream: botocore reads the
+    # stream through urllib3 directly, so these are not wrapped (nor retried) by botocore.
+    return isinstance(
+        exc, (HTTPClientError, BotoConnectionError, Urllib3Error, ConnectionError, TimeoutError)
+    )
+
+
+class SubscribeRangeReader:
+    """Replays one exact :class:`ShardRange` over EFO subscriptions of ``consumer_arn``.
+
+    ``pages()`` yields the same record dicts, in the same order, as
+    :meth:`kinesis.RangeReader.pages` does for the range. A subscription that ends (Kinesis
+    ends each after 5 minutes) or fails recoverably is renewed after the last record read;
+    ``max_attempts`` failures in a row (with exponential waits from ``retry_wait_s`` up to
+    ``max_wait_s``; Kinesis refuses a resubscription within 5 s) end the read with the error.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        consumer_arn: str,
+        rng: ShardRange,
+        fail_on_data_loss: bool = True,
+        max_attempts: int = 8,
+        retry_wait_s: float = 0.5,
+        max_wait_s: float = 5.0,
+    ) -> None:
+        self._client = client
+        self._consumer_arn = consumer_arn
+        self._range = rng
+        self._fail_on_data_loss = fail_on_data_loss
+        self._max_attempts = max_attempts
+        self._retry_wait_s = retry_wait_s
+        self._max_wait_s = max_wait_s
+        self._stream: Any = None  # the current subscription's EventStream
+        self._events: Iterator[dict] | None = None
+        self._got_event = False
+        self._last_seq: str | None = None  # the last record received (kept or not)
+        self._opened = False  # the first records after the start were checked
+        self.subscriptions = 0
+        self.failures = 0  # recoverable errors got past
+
+    def _lost(self, landed: str | None) -> None:
+        rng = self._range
+        message = data_loss_message(rng.stream, rng.shard_id, rng.start, landed)
+        if self._fail_on_data_loss:
+            raise DataLossError(message)
+        log.warning("%s Going on (failOnDataLoss=false).", message)
+
+    def _resume_position(self) -> Position:
+        if self._last_seq is None:
+            return opening_position(self._range.start)
+        return Position.after(self._last_seq)
+
+    def _subscribe(self) -> None:
+        rng = self._range
+        position = self._resume_position()
+        try:
+            resp = self._client.subscribe_to_shard(
+                ConsumerARN=self._consumer_arn,
+                ShardId=rng.shard_id,
+                StartingPosition=starting_position(position),
+            )
+        except ClientError as exc:
+            if error_code(exc) == NOT_FOUND:
+                raise KinesisSourceError(
+                    f"Cannot subscribe to {rng.stream}/{rng.shard_id} with EFO consumer "
+                    f"{self._consumer_arn}: the stream, shard or consumer was not found ({exc})"
+                ) from exc
+            if error_code(exc) == INVALID_ARGUMENT and self._last_seq is None and not self._opened:
+                self._lost(None)  # the start position itself was refused
+                self._opened = True
+                resp = self._client.subscribe_to_shard(
+                    ConsumerARN=self._consumer_arn,
+                    ShardId=rng.shard_id,
+                    StartingPosition={"Type": "TRIM_HORIZON"},
+                )
+            else:
+                raise
+        self.subscriptions += 1
+        log.debug("subscribed to %s at %s", rng, position)
+        self._stream = resp["EventStream"]
+        self._events = iter(self._stream)
+        self._got_event = False
+
+    def _close(self) -> None:
+        stream, self._stream, self._events = self._stream, None, None
+        if stream is not None:
+            try:
+                stream.close()
+            except Exception:  # noqa: BLE001 - a broken connection is being dropped anyway
+                log.debug("closing a subscription of %s failed", self._range, exc_info=True)
+
+    def _on_retry(self, state: Any) -> None:
+        self.failures += 1
+        log.info(
+            "EFO subscription of %s failed (%s); resubscribing after %s",
+            self._range,
+            state.outcome.exception(),
+            self._last_seq or self._range.start,
+        )
+
+    def _next_event(self) -> dict | None:
+        """The next ``SubscribeToShardEvent``, or None when there is none to process (the
+        subscription ended normally: the caller asks again, which resubscribes)."""
+        retrying = Retrying(
+            retry=retry_if_exception(_recoverable),
+            stop=stop_after_attempt(self._max_attempts),
+            wait=wait_exponential(multiplier=self._retry_wait_s, max=self._max_wait_s),
+            before_sleep=self._on_retry,
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                if self._events is None:
+                    self._subscribe()
+                try:
+                    message = next(self._events)  # type: ignore[arg-type]
+                except StopIteration:
+                    ended_early = not self._got_event
+                    self._close()
+                    if ended_early:
+                        raise SubscriptionEndedEarly(f"a subscription of {self._range} was empty")
+                    return None
+                except BaseException:
+                    self._close()
+                    raise
+                self._got_event = True
+                # None for an event type this reader does not know (none today): skipped.
+                return message.get("SubscribeToShardEvent")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def pages(self) -> Iterator[list[dict]]:
+        """Yield the range's records in order, a page (an event) at a time, and nothing past
+        its end; raise :class:`RangeIncompleteError` if the shard ends or its tip is reached
+        first."""
+        rng = self._range
+        end = seq_key(rng.end_seq)
+        try:
+            while True:
+                event = self._next_event()
+                if event is None:
+                    continue
+                records = event.get("Records") or []
+                if not self._opened and records:
+                    self._opened = True
+                    first = records[0]["SequenceNumber"]
+                    records, landed = check_opening(records, rng.start)
+                    if landed is not None:
+                        self._lost(landed)
+                    self._last_seq = first
+                out = []
+                done = False
+                for rec in records:
+                    if seq_key(rec["SequenceNumber"]) > end:
+                        done = True
+                        break
+                    out.append(rec)
+                if out:
+                    self._last_seq = out[-1]["SequenceNumber"]
+                    done = done or seq_key(self._last_seq) == end
+                    yield out
+                if done:
+                    return
+                shard_ended = bool(event.get("ChildShards"))
+                at_tip = not records and int(event.get("MillisBehindLatest") or 0) == 0
+                if shard_ended or at_tip:
+                    reached = self._last_seq or "nothing"
+                    why = "the shard ended" if shard_ended else "the shard's tip"
+                    raise RangeIncompleteError(
+                        f"Cannot complete range {rng} (EFO): read up to {reached} and reached "
+                        f"{why} before the planned end {rng.end_seq}. The records may have been "
+                        "trimmed by the stream's retention, or the stream was re-created under "
+                        "the same name."
+                    )
+        finally:
+            self._close()

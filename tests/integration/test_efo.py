@@ -1,0 +1,360 @@
+"""Enhanced fan-out building blocks against the test EFO server in front of each backend:
+ranges read by subscription equal ranges read by GetRecords, through resubscriptions and
+errors; the consumer lifecycle."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+from botocore.exceptions import ClientError
+
+from kinesis_source import efo
+from kinesis_source.aws import AwsSettings
+from kinesis_source.kinesis import (
+    DataLossError,
+    RangeIncompleteError,
+    RangeReader,
+    error_code,
+    opening_position,
+)
+from kinesis_source.positions import Position, ShardRange
+from kinesis_source.records import to_record_batch, user_records
+from tests.support.efo_server import EfoServer
+from tests.support.proxy import FaultProxy
+from tests.support.producer import Producer
+from tests.support.waiting import wait_for
+
+RECORDS = 240
+
+
+def _client(url: str) -> object:
+    # Few, quick botocore retries: the consumer-limit test gets a LimitExceededException,
+    # which botocore retries as throttling.
+    return AwsSettings(
+        region="us-east-1",
+        endpoint_url=url,
+        access_key_id="local",
+        secret_key="local",
+        max_attempts=2,
+        retry_base_delay_ms=10,
+    ).boto3_client("kinesis")
+
+
+@pytest.fixture
+def efo_server(kinesis_backend):
+    """A fresh EFO server in front of the backend under test (small pages: many events)."""
+    with EfoServer(kinesis_backend, activation_delay_s=0.3, page_limit=25) as server:
+        yield server
+
+
+@pytest.fixture
+def client(efo_server):
+    """Our Kinesis client (epoch-seconds timestamps) on the EFO server."""
+    return _client(efo_server.url)
+
+
+@pytest.fixture
+def backing_client(kinesis_backend):
+    """Our Kinesis client on the backend itself, for the GetRecords reference reads."""
+    return _client(kinesis_backend)
+
+
+@pytest.fixture
+def filled(make_stream, kinesis):
+    """A 2-shard stream with RECORDS records; returns (stream, {shard: [Put, ...]})."""
+    stream = make_stream(2)
+    puts = Producer(kinesis, stream).put(RECORDS, burst=40)
+    by_shard: dict[str, list] = {}
+    for put in puts:
+        by_shard.setdefault(put.shard_id, []).append(put)
+    assert len(by_shard) == 2 and all(len(v) > 40 for v in by_shard.values())
+    return stream, by_shard
+
+
+def _ranges(stream: str, shard: str, seqs: list[str], arrival_of_10: float) -> list[ShardRange]:
+    n = len(seqs)
+    return [
+        ShardRange(stream, shard, Position.trim_horizon(), seqs[n // 2]),
+        ShardRange(stream, shard, Position.after(seqs[3]), seqs[n - 1]),
+        ShardRange(stream, shard, Position.at(seqs[5]), seqs[30]),
+        ShardRange(stream, shard, Position.after(seqs[7]), seqs[8]),  # one record
+        ShardRange(stream, shard, Position.after(seqs[12], 2), seqs[20]),  # inside an aggregate
+        ShardRange(
+            stream,
+            shard,
+            Position.at_timestamp(datetime.fromtimestamp(arrival_of_10, tz=timezone.utc)),
+            seqs[n - 2],
+        ),
+    ]
+
+
+def _read(reader) -> list[dict]:
+    return [rec for page in reader.pages() for rec in page]
+
+
+def _reference(backing_client, rng: ShardRange) -> list[dict]:
+    return _read(RangeReader(backing_client, rng, limit=50))
+
+
+def _all_ranges(backing_client, stream, by_shard):
+    out = []
+    for shard, puts in sorted(by_shard.items()):
+        seqs = [p.seq for p in puts]
+        th = ShardRange(stream, shard, Position.trim_horizon(), seqs[-1])
+        arrival = _reference(backing_client, th)[10]["ApproximateArrivalTimestamp"]
+        out.extend(_ranges(stream, shard, seqs, arrival))
+    return out
+
+
+def _consumer(client, stream: str) -> str:
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    return efo.ensure_consumer(client, stream, name, timeout_s=10, poll_s=0.05)
+
+
+def test_subscribe_reads_what_get_records_reads(efo_server, client, backing_client, filled):
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    for rng in _all_ranges(backing_client, stream, by_shard):
+        expected = _reference(backing_client, rng)
+        reader = efo.SubscribeRangeReader(client, arn, rng)
+        got = _read(reader)
+        assert got == expected, rng
+        assert got and got[-1]["SequenceNumber"] == rng.end_seq
+        assert reader.subscriptions == 1 and reader.failures == 0
+        # The rest of the read path cannot tell the two apart.
+        assert user_records(got, rng, "fail") == user_records(expected, rng, "fail")
+        assert to_record_batch(stream, rng.shard_id, got).equals(
+            to_record_batch(stream, rng.shard_id, expected)
+        )
+    wait_for(lambda: efo_server.live_subscriptions() == 0, timeout=10, what="subscriptions closed")
+
+
+def test_resubscribes_when_subscriptions_end(efo_server, client, backing_client, filled):
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    efo_server.end_after_events = 2  # as Kinesis does after 5 minutes, every 2 events here
+    efo_server.page_limit = 5
+    for rng in _all_ranges(backing_client, stream, by_shard)[:3]:
+        before = efo_server.subscriptions
+        reader = efo.SubscribeRangeReader(client, arn, rng)
+        expected = _reference(backing_client, rng)
+        assert _read(reader) == expected, rng
+        assert reader.subscriptions > 1 and reader.failures == 0
+        calls = efo_server.subscribe_calls[before:]
+        assert len(calls) == reader.subscriptions
+        # The first opens at the range's start, each next one right after the last record
+        # the previous one delivered (10 records: 2 events of 5).
+        assert calls[0].starting_position == efo.starting_position(opening_position(rng.start))
+        assert [c.starting_position for c in calls[1:]] == [
+            {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": seq}
+            for seq in _delivered_last(rng, expected)[: len(calls) - 1]
+        ]
+
+
+def _delivered_last(rng: ShardRange, expected: list[dict]) -> list[str]:
+    """The last record of every 10 delivered from the opening position (which re-reads the
+    record of an ``AFTER`` start, dropped by the data-loss check)."""
+    seqs = [r["SequenceNumber"] for r in expected]
+    if rng.start.kind == "AFTER" and rng.start.sub_seq is None:
+        seqs = [rng.start.seq] + seqs
+    return seqs[9::10]
+
+
+def test_second_subscription_is_refused_then_takes_over(efo_server, client, filled):
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    shard = sorted(by_shard)[0]
+    efo_server.in_use_window_s = 2.0  # Kinesis: 5 s
+
+    def subscribe():
+        return client.subscribe_to_shard(
+            ConsumerARN=arn, ShardId=shard, StartingPosition={"Type": "TRIM_HORIZON"}
+        )
+
+    first = subscribe()["EventStream"]
+    with pytest.raises(ClientError, match="ResourceInUseException"):
+        subscribe()
+
+    def take_over():
+        try:
+            return subscribe()
+        except ClientError as exc:
+            assert error_code(exc) == efo.IN_USE
+            return None
+
+    second = wait_for(take_over, timeout=10, interval=0.05, what="a subscription taking over")
+    with pytest.raises(ClientError, match="ResourceInUseException"):
+        for _ in first:
+            pass
+    second["EventStream"].close()
+
+
+def test_error_events_mid_range_are_survived(efo_server, client, backing_client, filled):
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    rng = _all_ranges(backing_client, stream, by_shard)[1]  # AFTER:s3 .. last record
+    efo_server.inject_error("InternalFailureException", after_events=2, times=2)
+    reader = efo.SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
+    assert _read(reader) == _reference(backing_client, rng)
+    assert reader.failures == 2 and reader.subscriptions == 3
+
+
+def test_dropped_connections_are_survived(efo_server, client, backing_client, filled):
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    rng = _all_ranges(backing_client, stream, by_shard)[0]  # TRIM_HORIZON .. the middle
+    efo_server.drop_connection(after_events=1, times=2)
+    reader = efo.SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
+    assert _read(reader) == _reference(backing_client, rng)
+    assert reader.failures == 2 and reader.subscriptions == 3
+
+
+def test_resource_in_use_while_a_subscription_lingers(efo_server, client, backing_client, filled):
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    rng = _all_ranges(backing_client, stream, by_shard)[1]
+    # Kinesis refuses a new subscription of a consumer and shard within 5 s of the last one.
+    efo_server.in_use_window_s = 2.0
+    efo_server.inject_error("InternalFailureException", after_events=1, times=1)
+    reader = efo.SubscribeRangeReader(
+        client, arn, rng, max_attempts=40, retry_wait_s=0.05, max_wait_s=0.2
+    )
+    assert _read(reader) == _reference(backing_client, rng)
+    refused = efo_server.calls["SubscribeToShard"] - efo_server.subscriptions
+    assert refused >= 1  # at least one ResourceInUseException, then it got through
+    assert reader.failures == 1 + refused and reader.subscriptions == 2
+
+
+def test_bounded_attempts(efo_server, client, backing_client, filled):
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    rng = _all_ranges(backing_client, stream, by_shard)[1]
+    efo_server.inject_error("InternalFailureException", after_events=0, times=100)
+    reader = efo.SubscribeRangeReader(client, arn, rng, max_attempts=3, retry_wait_s=0.01)
+    with pytest.raises(Exception, match="InternalFailureException"):
+        _read(reader)
+    assert reader.subscriptions == 3
+
+
+def test_range_past_the_tip_is_incomplete(efo_server, client, filled):
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    shard, puts = sorted(by_shard.items())[0]
+    beyond = str(int(puts[-1].seq) + 1)
+    rng = ShardRange(stream, shard, Position.after(puts[-5].seq), beyond)
+    reader = efo.SubscribeRangeReader(client, arn, rng)
+    got = []
+    with pytest.raises(RangeIncompleteError, match="tip") as info:
+        for page in reader.pages():
+            got.extend(page)
+    assert [r["SequenceNumber"] for r in got] == [p.seq for p in puts[-4:]]
+    assert shard in str(info.value) and beyond in str(info.value)
+
+
+def test_trimmed_start_is_data_loss(kinesis_backend, filled):
+    stream, by_shard = filled
+    shard, puts = sorted(by_shard.items())[0]
+    rng = ShardRange(stream, shard, Position.after(puts[2].seq), puts[9].seq)
+    # Records before puts[5] are gone, as after retention: the proxy's iterators land there.
+    with FaultProxy(kinesis_backend) as proxy, EfoServer(proxy.url) as server:
+        proxy.trim(stream, shard, puts[5].seq)
+        client = _client(server.url)
+        arn = _consumer(client, stream)
+        with pytest.raises(DataLossError, match=f"{shard}.*oldest record left is {puts[5].seq}"):
+            _read(efo.SubscribeRangeReader(client, arn, rng))
+        got = _read(efo.SubscribeRangeReader(client, arn, rng, fail_on_data_loss=False))
+        assert got == _read(RangeReader(_client(proxy.url), rng, 17, fail_on_data_loss=False))
+    assert [r["SequenceNumber"] for r in got] == [p.seq for p in puts[5:10]]
+
+
+@pytest.mark.backends("kinesis-local")  # moto never ends a split shard's GetRecords
+def test_closed_shard(efo_server, client, backing_client, make_stream, kinesis):
+    stream = make_stream(1)
+    puts = Producer(kinesis, stream).put(30)
+    [parent] = kinesis.list_shards(StreamName=stream)["Shards"]
+    keys = parent["HashKeyRange"]
+    middle = (int(keys["StartingHashKey"]) + int(keys["EndingHashKey"])) // 2
+    kinesis.split_shard(
+        StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=str(middle)
+    )
+    wait_for(
+        lambda: len(kinesis.list_shards(StreamName=stream)["Shards"]) == 3,
+        timeout=30,
+        what="the split's children",
+    )
+    arn = _consumer(client, stream)
+    shard = parent["ShardId"]
+    # A range up to the parent's last record reads like GetRecords does.
+    rng = ShardRange(stream, shard, Position.after(puts[4].seq), puts[-1].seq)
+    assert _read(efo.SubscribeRangeReader(client, arn, rng)) == _reference(backing_client, rng)
+    # The subscription's last event names the children, and the stream ends.
+    events = client.subscribe_to_shard(
+        ConsumerARN=arn,
+        ShardId=shard,
+        StartingPosition={"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": puts[-2].seq},
+    )["EventStream"]
+    last = [e["SubscribeToShardEvent"] for e in events][-1]
+    assert len(last["ChildShards"]) == 2
+    assert all(c["ParentShards"] == [shard] for c in last["ChildShards"])
+    # A range planned past the end cannot complete: said, not cut short silently.
+    beyond = str(int(puts[-1].seq) + 1)
+    rng = ShardRange(stream, shard, Position.after(puts[-3].seq), beyond)
+    with pytest.raises(RangeIncompleteError, match="the shard ended"):
+        _read(efo.SubscribeRangeReader(client, arn, rng))
+
+
+# -- consumer lifecycle ------------------------------------------------------------------
+
+
+def test_ensure_consumer_registers_once_and_waits_for_active(efo_server, client, make_stream):
+    stream = make_stream(1)
+    efo_server.activation_delay_s = 0.5
+    started = time.monotonic()
+    arn = efo.ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
+    assert time.monotonic() - started >= 0.5
+    desc = client.describe_stream_consumer(ConsumerARN=arn)["ConsumerDescription"]
+    assert desc["ConsumerStatus"] == "ACTIVE" and desc["ConsumerName"] == "app"
+    assert efo.ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05) == arn
+    assert efo_server.calls["RegisterStreamConsumer"] == 1
+    stream_arn = efo.stream_arn(client, stream)
+    consumers = client.list_stream_consumers(StreamARN=stream_arn)["Consumers"]
+    assert [c["ConsumerName"] for c in consumers] == ["app"]
+
+
+def test_deregister_consumer(efo_server, client, make_stream):
+    stream = make_stream(1)
+    arn = efo.ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
+    assert efo.deregister_consumer(client, stream, "app", timeout_s=10, poll_s=0.05) is True
+    assert efo.deregister_consumer(client, stream, "app") is False
+    # The name is free again: a new consumer (a new ARN) is registered.
+    efo_server.activation_delay_s = 0.0
+    again = efo.ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
+    assert efo_server.calls["RegisterStreamConsumer"] == 2
+    assert again.startswith(arn.rpartition(":")[0])
+
+
+def test_ensure_consumer_waits_out_a_deletion(efo_server, client, make_stream):
+    stream = make_stream(1)
+    efo.ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
+    efo_server.deletion_delay_s = 0.4
+    efo.deregister_consumer(client, stream, "app")  # DELETING for 0.4 s
+    arn = efo.ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
+    desc = client.describe_stream_consumer(ConsumerARN=arn)["ConsumerDescription"]
+    assert desc["ConsumerStatus"] == "ACTIVE"
+
+
+def test_consumer_errors_name_stream_and_consumer(efo_server, client, make_stream):
+    with pytest.raises(efo.ConsumerError, match="'no-such-stream'.*streamName"):
+        efo.ensure_consumer(client, "no-such-stream", "app", timeout_s=5, poll_s=0.05)
+    stream = make_stream(1)
+    efo_server.consumer_limit = 1
+    efo.ensure_consumer(client, stream, "first", timeout_s=10, poll_s=0.05)
+    with pytest.raises(efo.ConsumerError, match=f"'second'.*'{stream}'.*at most 20"):
+        efo.ensure_consumer(client, stream, "second", timeout_s=10, poll_s=0.05)
+    efo_server.consumer_limit = 20
+    efo_server.activation_delay_s = 60
+    with pytest.raises(efo.ConsumerError, match="CREATING, not ACTIVE"):
+        efo.ensure_consumer(client, stream, "slow", timeout_s=0.3, poll_s=0.05)

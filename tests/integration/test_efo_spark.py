@@ -1,0 +1,86 @@
+"""Enhanced fan-out end to end: real Spark reading through SubscribeToShard from the test EFO
+server (tests/support/efo_server.py) in front of each Kinesis backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.test_stream_read import assert_exactly_once_in_order
+from tests.support.efo_server import EfoServer
+from tests.support.producer import Producer
+from tests.support.spark_query import running
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.spark
+
+
+def rows_of(sink):
+    return sorted((r.shard_id, r.seq, r.sub_seq, r.data, r.partition_key) for r in sink.rows())
+
+
+def consumers_of(kinesis, stream):
+    arn = kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamARN"]
+    return kinesis.list_stream_consumers(StreamARN=arn).get("Consumers", [])
+
+
+def test_efo_query_reads_the_same_rows_as_polling_across_resubscriptions(
+    spark, kinesis_backend, kinesis, make_stream, source_options, tmp_path
+):
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    producer.put(300)
+    with EfoServer(kinesis_backend, activation_delay_s=0.5, page_limit=25) as server:
+        server.end_after_events = 3  # every subscription ends early: ranges need several
+        efo_client = server_client(server.url)
+        options = {
+            **source_options,
+            "streamName": stream,
+            "endpointUrl": server.url,
+            "consumerMode": "efo",
+            "consumerName": "efo-test",
+            "deregisterConsumer": "true",
+        }
+        with running(spark, options, tmp_path / "efo") as (query, efo_sink):
+            wait_for(lambda: efo_sink.count() >= 300, timeout=120, what="300 rows by EFO")
+            producer.put(100)
+            wait_for(lambda: efo_sink.count() >= 400, timeout=120, what="400 rows by EFO")
+            assert [c["ConsumerName"] for c in consumers_of(efo_client, stream)] == ["efo-test"]
+        assert_exactly_once_in_order(efo_sink.rows(), producer.sent)
+        ranges = len({(r.shard_id, bid) for bid, rows in efo_sink.deliveries for r in rows})
+        assert server.subscriptions > ranges, "no range needed a resubscription"
+        # Stopping the query ends its planner process, which deregisters the consumer.
+        wait_for(
+            lambda: not consumers_of(efo_client, stream), timeout=60,
+            what="the consumer to be deregistered on stop",
+        )
+
+    # Another application: the EFO query's committed positions must not apply to it.
+    polling = {**source_options, "streamName": stream, "applicationName": "poll-" + stream}
+    with running(spark, polling, tmp_path / "poll") as (_, poll_sink):
+        wait_for(lambda: poll_sink.count() >= 400, timeout=120, what="400 rows by polling")
+    assert rows_of(efo_sink) == rows_of(poll_sink)
+
+
+def server_client(url):
+    """A plain boto3 client on the EFO server (its consumer API)."""
+    import boto3
+
+    return boto3.client("kinesis", endpoint_url=url, region_name="us-east-1")
+
+
+@pytest.mark.backends("moto")
+def test_cli_deregisters_a_consumer_left_behind(kinesis_backend, make_stream, capsys):
+    from kinesis_source import efo
+    from kinesis_source.cli import main
+
+    stream = make_stream(1)
+    with EfoServer(kinesis_backend, activation_delay_s=0.1) as server:
+        client = server_client(server.url)
+        efo.ensure_consumer(client, stream, "left-behind", timeout_s=30, poll_s=0.1)
+        args = ["consumers", "deregister", "--stream", stream, "--name", "left-behind",
+                "--endpoint-url", server.url, "--region", "us-east-1"]
+        assert main(args) == 0
+        assert "deregistered EFO consumer left-behind" in capsys.readouterr().out
+        wait_for(lambda: not consumers_of(client, stream), timeout=30, what="consumer gone")
+        assert main(args) == 0
+        assert "has no EFO consumer left-behind" in capsys.readouterr().out
