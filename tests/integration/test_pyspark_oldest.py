@@ -26,3 +26,8 @@ def test_pyspark_4_0_reads_every_record_once():
     assert result["error"] is None
     assert len(result["got"]) == len(set(map(tuple, result["got"]))) == 150
     assert sorted(map(tuple, result["got"])) == sorted(map(tuple, result["sent"]))
+    # maxRecordsPerBatch holds on 4.0 (no ReadLimit there): batches of at most 40 rows, all read.
+    assert max(result["limited"]) <= 40 and sum(result["limited"]) == 150, result["limited"]
+    # AvailableNow on 4.0 is Spark's fallback: one batch to the offset found at start, which the
+    # option limits (documented in docs/semantics.md).
+    assert result["availableNow"] == [40], result["availableNow"]

@@ -1,5 +1,7 @@
-"""One end-to-end read in a fresh process, for the oldest supported pyspark (4.0: no
-``latestOffset(start, limit)``, no read-limit classes). Prints one JSON line of results."""
+"""End-to-end reads in a fresh process, for the oldest supported pyspark (4.0: no
+``latestOffset(start, limit)``, no read-limit classes, no ``SupportsTriggerAvailableNow``): a
+continuous read, one limited by ``maxRecordsPerBatch``, one under Trigger.AvailableNow. Prints
+one JSON line of results."""
 
 from __future__ import annotations
 
@@ -57,9 +59,31 @@ def main() -> None:
                 put("b", more)
         error = query.exception()
         query.stop()
+
+        def sizes_of(app, trigger, stop_at):
+            """Batch sizes of a query with maxRecordsPerBatch=40 under ``trigger``."""
+            sizes = []
+            q = (
+                spark.readStream.format("kinesis-ddb").option("streamName", "smoke")
+                .option("applicationName", app).option("endpointUrl", ep.url)
+                .option("dynamodbEndpointUrl", ep.url).option("minProbeIntervalMs", "100")
+                .option("maxRecordsPerBatch", "40").load()
+                .writeStream.foreachBatch(lambda df, _: sizes.append(df.count()))
+                .option("checkpointLocation", tempfile.mkdtemp())
+                .trigger(**trigger).start()
+            )
+            end = time.monotonic() + 120
+            while q.isActive and sum(sizes) < stop_at and time.monotonic() < end:
+                time.sleep(0.2)  # polling the sink with a deadline
+            q.stop()
+            return sizes
+
+        limited = sizes_of("smoke-limited", {"processingTime": "200 milliseconds"}, 150)
+        available_now = sizes_of("smoke-now", {"availableNow": True}, 10**9)
         spark.stop()
     print(json.dumps({"pyspark": pyspark.__version__, "sent": sorted(sent), "got": got,
-                      "error": str(error) if error else None}))
+                      "error": str(error) if error else None, "limited": limited,
+                      "availableNow": available_now}))
 
 
 if __name__ == "__main__":
