@@ -43,6 +43,7 @@ from .kinesis import (
     data_loss_message,
     error_code,
     opening_position,
+    stream_must_exist,
 )
 from .positions import Position, ShardRange, seq_key
 
@@ -77,15 +78,8 @@ class SubscriptionEndedEarly(Exception):
 
 def stream_arn(client: Any, stream_name: str) -> str:
     """The ARN of ``stream_name`` (``DescribeStreamSummary``)."""
-    try:
+    with stream_must_exist(stream_name):
         summary = client.describe_stream_summary(StreamName=stream_name)
-    except ClientError as exc:
-        if error_code(exc) == NOT_FOUND:
-            raise ConsumerError(
-                f"Kinesis stream '{stream_name}' was not found ({exc}); check option "
-                "'streamName' and option 'region'/'endpointUrl'"
-            ) from exc
-        raise
     return summary["StreamDescriptionSummary"]["StreamARN"]
 
 

@@ -12,6 +12,7 @@ the last sequence number read.
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterator
@@ -164,11 +165,18 @@ class Page:
         )
 
 
-def _stream_not_found(stream: str, exc: BaseException) -> KinesisSourceError:
-    return KinesisSourceError(
-        f"Kinesis stream '{stream}' was not found ({exc}); check option 'streamName' and "
-        "option 'region'/'endpointUrl'"
-    )
+@contextmanager
+def stream_must_exist(stream: str) -> Iterator[None]:
+    """Turn ``ResourceNotFoundException`` into an error that says which option to check."""
+    try:
+        yield
+    except ClientError as exc:
+        if error_code(exc) == NOT_FOUND:
+            raise KinesisSourceError(
+                f"Kinesis stream '{stream}' was not found ({exc}); check option 'streamName' "
+                "and option 'region'/'endpointUrl'"
+            ) from exc
+        raise
 
 
 class RangeReader:
@@ -221,14 +229,13 @@ class RangeReader:
         rng = self._range
         self.calls += 1
         try:
-            resp = self._client.get_shard_iterator(
-                StreamName=rng.stream,
-                ShardId=rng.shard_id,
-                **self._resume_position().iterator_args(),
-            )
+            with stream_must_exist(rng.stream):
+                resp = self._client.get_shard_iterator(
+                    StreamName=rng.stream,
+                    ShardId=rng.shard_id,
+                    **self._resume_position().iterator_args(),
+                )
         except ClientError as exc:
-            if error_code(exc) == NOT_FOUND:
-                raise _stream_not_found(rng.stream, exc) from exc
             if error_code(exc) == INVALID_ARGUMENT and self._last_seq is None:
                 self._lost(None)  # the start position itself was refused
                 self.calls += 1
@@ -290,12 +297,8 @@ class AsyncKinesis:
         kwargs: dict[str, Any] = {"StreamName": stream}
         while True:
             self.calls += 1
-            try:
+            with stream_must_exist(stream):
                 resp = await self._client.list_shards(**kwargs)
-            except ClientError as exc:
-                if error_code(exc) == NOT_FOUND:
-                    raise _stream_not_found(stream, exc) from exc
-                raise
             shards.extend(ShardInfo.from_api(s) for s in resp.get("Shards", []))
             token = resp.get("NextToken")
             if not token:
@@ -305,12 +308,8 @@ class AsyncKinesis:
     async def creation_time(self, stream: str) -> str:
         """The stream's creation time (ISO-8601), from ``DescribeStreamSummary``."""
         self.calls += 1
-        try:
+        with stream_must_exist(stream):
             resp = await self._client.describe_stream_summary(StreamName=stream)
-        except ClientError as exc:
-            if error_code(exc) == NOT_FOUND:
-                raise _stream_not_found(stream, exc) from exc
-            raise
         created = resp["StreamDescriptionSummary"]["StreamCreationTimestamp"]
         if not isinstance(created, datetime):
             created = datetime.fromtimestamp(float(created), tz=timezone.utc)
@@ -319,14 +318,10 @@ class AsyncKinesis:
     async def iterator(self, stream: str, shard_id: str, position: Position) -> str:
         """A shard iterator at ``position``."""
         self.calls += 1
-        try:
+        with stream_must_exist(stream):
             resp = await self._client.get_shard_iterator(
                 StreamName=stream, ShardId=shard_id, **position.iterator_args()
             )
-        except ClientError as exc:
-            if error_code(exc) == NOT_FOUND:
-                raise _stream_not_found(stream, exc) from exc
-            raise
         return resp["ShardIterator"]
 
     async def page(self, iterator: str, limit: int) -> Page:

@@ -15,6 +15,7 @@ from kinesis_source import efo
 from kinesis_source.aws import AwsSettings
 from kinesis_source.kinesis import (
     DataLossError,
+    KinesisSourceError,
     RangeIncompleteError,
     RangeReader,
     error_code,
@@ -347,7 +348,7 @@ def test_ensure_consumer_waits_out_a_deletion(efo_server, client, make_stream):
 
 
 def test_consumer_errors_name_stream_and_consumer(efo_server, client, make_stream):
-    with pytest.raises(efo.ConsumerError, match="'no-such-stream'.*streamName"):
+    with pytest.raises(KinesisSourceError, match="'no-such-stream'.*streamName"):
         efo.ensure_consumer(client, "no-such-stream", "app", timeout_s=5, poll_s=0.05)
     stream = make_stream(1)
     efo_server.consumer_limit = 1
