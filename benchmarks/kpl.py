@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from datetime import datetime
 
+from benchmarks.common import describe, summary, timed
 from kinesis_source import kpl
 
 
@@ -29,53 +28,61 @@ def make_aggregates(records: int, size: int) -> list[bytes]:
     return out
 
 
-def rate(fn, users: int, repeats: int) -> tuple[float, float]:
-    """Median and spread of user records/s of ``fn``."""
-    fn()
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        rates.append(users / (time.perf_counter() - start))
-    return statistics.median(rates), max(rates) - min(rates)
+def measure(records: int, size: int, repeats: int) -> dict:
+    """User records/s of each decoder on aggregates of ``size``-byte user records."""
+    from aws_kinesis_agg import deaggregator, messages_pb2
+
+    blobs = make_aggregates(records, size)
+    users = sum(len(kpl.decode(b)) for b in blobs)
+    now = datetime.now()
+    boto_style = [
+        {"Data": b, "PartitionKey": "x", "SequenceNumber": "1", "ApproximateArrivalTimestamp": now}
+        for b in blobs
+    ]
+
+    def ours():
+        for b in blobs:
+            kpl.decode(b)
+
+    def theirs():
+        list(deaggregator.iter_deaggregate_records(boto_style, data_format="Boto3"))
+
+    def bare():
+        for b in blobs:
+            msg = messages_pb2.AggregatedRecord()
+            msg.ParseFromString(b[4:-16])
+            [(msg.partition_key_table[r.partition_key_index], r.data) for r in msg.records]
+
+    figures = {}
+    for name, fn in [("kinesis-ddb", ours), ("aws-kinesis-agg", theirs), ("protobuf bare", bare)]:
+        figures[name] = summary(users / t for t in timed(fn, repeats))
+    return {"record_bytes": size, "user_records": users, "decoders": figures}
+
+
+def run_suite(quick: bool) -> list[dict]:
+    """Both record sizes, printed as it goes."""
+    records, repeats = (2000, 3) if quick else (20000, 7)
+    out = []
+    for size in (100, 1024):
+        r = measure(records, size, repeats)
+        print(f"  kpl {size:>5} B: " + "; ".join(
+            f"{name} {describe(s)}/s" for name, s in r["decoders"].items()
+        ), flush=True)
+        out.append(r)
+    return out
 
 
 def main() -> None:
     """Command-line entry point."""
-    from aws_kinesis_agg import deaggregator, messages_pb2
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     for size in (100, 1024):
-        blobs = make_aggregates(args.records, size)
-        users = sum(len(kpl.decode(b)) for b in blobs)
-        now = datetime.now()
-        boto_style = [
-            {"Data": b, "PartitionKey": "x", "SequenceNumber": "1", "ApproximateArrivalTimestamp": now}
-            for b in blobs
-        ]
-
-        def ours():
-            for b in blobs:
-                kpl.decode(b)
-
-        def theirs():
-            list(deaggregator.iter_deaggregate_records(boto_style, data_format="Boto3"))
-
-        def bare():
-            for b in blobs:
-                msg = messages_pb2.AggregatedRecord()
-                msg.ParseFromString(b[4:-16])
-                [(msg.partition_key_table[r.partition_key_index], r.data) for r in msg.records]
-
-        figures = {name: rate(fn, users, args.repeats) for name, fn in
-                   [("kinesis-ddb", ours), ("aws-kinesis-agg", theirs), ("protobuf bare", bare)]}
+        r = measure(args.records, size, args.repeats)
         print(f"{size:>5} B user records: " + "; ".join(
-            f"{name} {med:,.0f}/s (spread {spread:,.0f})" for name, (med, spread) in figures.items()
+            f"{name} {describe(s)}/s" for name, s in r["decoders"].items()
         ))
-
 
 if __name__ == "__main__":
     main()

@@ -1,9 +1,11 @@
 """Read path without a server: botocore's parsing alone vs our whole read path.
 
-Canned ``GetRecords`` responses (as Kinesis serializes them) go through botocore's default JSON
-parser (a: the floor of a plain boto3-based reader) and through our Kinesis clients' parser
-(epoch-float timestamps) plus our record-to-Arrow conversion (b: what ``read()`` does per page). Prints records/s per core for each, median and
-spread over repeated runs, and the ratio b/a.
+Canned ``GetRecords`` responses (as Kinesis serializes them; plain records, or KPL aggregates of
+user records) go through botocore's default JSON parser (a: the floor of a plain boto3-based
+reader) and through our Kinesis clients' parser (epoch-float timestamps) plus what ``read()``
+does per page: ``records.user_records`` (de-aggregation) and ``records.to_record_batch`` (b).
+Prints user records/s on one core for each, median and spread over repeated runs, and the ratio
+b/a.
 
     python -m benchmarks.read_path [--records 10000] [--size 100] [--repeats 7]
 """
@@ -14,29 +16,31 @@ import argparse
 import base64
 import json
 import os
-import statistics
-import time
+from typing import Any
 
 import botocore.session
 from botocore.parsers import ResponseParserFactory, create_parser
 
+from benchmarks.common import describe, summary, timed
 from kinesis_source.aws import KINESIS_PARSER_DEFAULTS
-from kinesis_source.records import to_record_batch
+from kinesis_source.positions import Position, ShardRange
+from kinesis_source.records import to_record_batch, user_records
+
+_BASE_SEQ = 49590338271490256608559692538361571095921575989136588898
+# The KPL's default AggregationMaxSize: aggregates hold ~50 KB of user records.
+KPL_AGGREGATE_BYTES = 51200
 
 
-def canned_response(records: int, size: int) -> bytes:
-    """A GetRecords response body with ``records`` records of ``size`` bytes each."""
-    payload = base64.b64encode(os.urandom(size)).decode()
-    base = 49590338271490256608559692538361571095921575989136588898
+def _response(datas: list[bytes]) -> bytes:
     body = {
         "Records": [
             {
-                "Data": payload,
+                "Data": base64.b64encode(d).decode(),
                 "PartitionKey": f"key-{i % 64}",
-                "SequenceNumber": str(base + i * 97),
+                "SequenceNumber": str(_BASE_SEQ + i * 97),
                 "ApproximateArrivalTimestamp": 1_790_000_000.123 + i / 1000,
             }
-            for i in range(records)
+            for i, d in enumerate(datas)
         ],
         "NextShardIterator": "AAAA" * 64,
         "MillisBehindLatest": 0,
@@ -44,20 +48,32 @@ def canned_response(records: int, size: int) -> bytes:
     return json.dumps(body).encode()
 
 
-def measure(fn, repeats: int) -> list[float]:
-    """Wall seconds of ``fn()`` over ``repeats`` runs (after one warm-up)."""
-    fn()
-    out = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
-    return out
+def canned_response(records: int, size: int) -> bytes:
+    """A GetRecords response body with ``records`` plain records of ``size`` bytes each."""
+    payload = os.urandom(size)
+    return _response([payload] * records)
 
 
-def run(records: int, size: int, repeats: int) -> dict:
-    """Both measurements for one record size; returns figures as a dict."""
-    body = canned_response(records, size)
+def canned_aggregated_response(users: int, size: int) -> bytes:
+    """A GetRecords response body whose records are KPL aggregates (made by aws-kinesis-agg,
+    at most ``KPL_AGGREGATE_BYTES`` each) holding ``users`` user records of ``size`` bytes."""
+    from aws_kinesis_agg.aggregator import RecordAggregator
+
+    agg = RecordAggregator(max_size=KPL_AGGREGATE_BYTES)
+    blobs = []
+    payload = os.urandom(size)
+    for i in range(users):
+        full = agg.add_user_record(f"pk-{i % 50}", payload)
+        if full:
+            blobs.append(full.get_contents()[2])
+    if agg.get_num_user_records():
+        blobs.append(agg.clear_and_get().get_contents()[2])
+    return _response(blobs)
+
+
+def run(records: int, size: int, repeats: int, aggregated: bool = False) -> dict[str, Any]:
+    """Both measurements for one page kind and record size; user records/s as summaries."""
+    body = (canned_aggregated_response if aggregated else canned_response)(records, size)
     shape = botocore.session.get_session().get_service_model("kinesis").operation_model(
         "GetRecords"
     ).output_shape
@@ -65,26 +81,46 @@ def run(records: int, size: int, repeats: int) -> dict:
     factory = ResponseParserFactory()
     factory.set_parser_defaults(**KINESIS_PARSER_DEFAULTS)
     ours = factory.create_parser("json")  # what kinesis-ddb's Kinesis clients do
+    rng = ShardRange("stream", "shardId-000000000000", Position.trim_horizon(), str(_BASE_SEQ * 2))
+    http = {"body": body, "headers": {}, "status_code": 200}
 
-    def parse():
-        return floor.parse({"body": body, "headers": {}, "status_code": 200}, shape)
+    def parse() -> Any:
+        return floor.parse(http, shape)
 
-    def full():
-        resp = ours.parse({"body": body, "headers": {}, "status_code": 200}, shape)
-        return to_record_batch("stream", "shardId-000000000000", resp["Records"])
+    def full() -> Any:
+        resp = ours.parse(http, shape)
+        users = user_records(resp["Records"], rng, "fail")
+        return to_record_batch(rng.stream, rng.shard_id, users)
 
     assert full().num_rows == records
-    a = [records / t for t in measure(parse, repeats)]
-    b = [records / t for t in measure(full, repeats)]
+    a = summary(records / t for t in timed(parse, repeats))
+    b = summary(records / t for t in timed(full, repeats))
     return {
-        "records": records,
+        "kind": "kpl" if aggregated else "plain",
+        "user_records": records,
+        "kinesis_records": len(json.loads(body)["Records"]),
         "record_bytes": size,
-        "botocore_parse_rps_median": statistics.median(a),
-        "botocore_parse_rps_spread": max(a) - min(a),
-        "read_path_rps_median": statistics.median(b),
-        "read_path_rps_spread": max(b) - min(b),
-        "ratio_b_over_a": statistics.median(b) / statistics.median(a),
+        "botocore_parse_rps": a,
+        "read_path_rps": b,
+        "ratio_b_over_a": b["median"] / a["median"],
     }
+
+
+def run_suite(quick: bool) -> list[dict[str, Any]]:
+    """Every combination (plain/KPL x 100 B/1 KB), printed as it goes."""
+    records, repeats = (2000, 3) if quick else (10000, 7)
+    out = []
+    for aggregated in (False, True):
+        for size in (100, 1024):
+            r = run(records, size, repeats, aggregated)
+            print(
+                f"  read path {r['kind']:5} {size:>5} B: botocore parse "
+                f"{describe(r['botocore_parse_rps'])} rec/s; full read path "
+                f"{describe(r['read_path_rps'])} rec/s; b/a {r['ratio_b_over_a']:.2f}",
+                flush=True,
+            )
+            out.append(r)
+    return out
 
 
 def main() -> None:
@@ -94,14 +130,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, action="append")
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    for size in args.size or [100, 1024]:
-        r = run(args.records, size, args.repeats)
-        print(
-            f"{size:>5} B records: botocore parse {r['botocore_parse_rps_median']:>10,.0f} rec/s "
-            f"(spread {r['botocore_parse_rps_spread']:,.0f}); full read path "
-            f"{r['read_path_rps_median']:>10,.0f} rec/s (spread {r['read_path_rps_spread']:,.0f}); "
-            f"ratio {r['ratio_b_over_a']:.2f}"
-        )
+    for aggregated in (False, True):
+        for size in args.size or [100, 1024]:
+            r = run(args.records, size, args.repeats, aggregated)
+            print(
+                f"{r['kind']:5} {size:>5} B records: botocore parse "
+                f"{describe(r['botocore_parse_rps'])} rec/s; full read path "
+                f"{describe(r['read_path_rps'])} rec/s; ratio {r['ratio_b_over_a']:.2f}"
+            )
 
 
 if __name__ == "__main__":

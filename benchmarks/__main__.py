@@ -1,0 +1,95 @@
+"""Run every benchmark, write ``benchmarks/results/<date>.json`` and the generated part of
+``docs/benchmarks.md``.
+
+    .venv/bin/python -m benchmarks [--quick] [--only read_path,kpl,commit,planning,memory,e2e,overhead]
+
+``--quick`` runs smoke sizes (a minute or few, to check the suite works); without it the sizes are
+those published. One moto server and one Spark session serve the whole run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from benchmarks import commit, e2e, kpl, memory, overhead, planning, read_path, report
+from benchmarks.common import local_env, machine
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITES = ("read_path", "kpl", "commit", "planning", "memory", "e2e", "overhead")
+
+
+def _run(name: str, fn: Callable[[], Any], results: dict[str, Any]) -> None:
+    print(f"== {name}", flush=True)
+    began = time.perf_counter()
+    results[name] = fn()
+    results["suite_seconds"][name] = round(time.perf_counter() - began, 1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke sizes")
+    parser.add_argument("--only", help="comma-separated suites: " + ",".join(SUITES))
+    parser.add_argument("--no-doc", action="store_true", help="leave docs/benchmarks.md alone")
+    args = parser.parse_args(argv)
+    only = set(args.only.split(",")) if args.only else set(SUITES)
+    unknown = only - set(SUITES)
+    if unknown:
+        parser.error(f"unknown suites: {', '.join(sorted(unknown))}")
+    local_env()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    stamp = now.strftime("%Y-%m-%d") + ("-quick" if args.quick else "")
+    out_file = ROOT / "benchmarks" / "results" / f"{stamp}.json"
+    results: dict[str, Any] = {
+        "date": now.isoformat(timespec="seconds"),
+        "command": " ".join([".venv/bin/python -m benchmarks", *(argv if argv is not None else sys.argv[1:])]),
+        "quick": args.quick,
+        "machine": machine(),
+        "results_file": str(out_file.relative_to(ROOT)),
+        "suite_seconds": {},
+    }
+    q = args.quick
+    if "read_path" in only:
+        _run("read_path", lambda: read_path.run_suite(q), results)
+    if "kpl" in only:
+        _run("kpl", lambda: kpl.run_suite(q), results)
+    if "memory" in only:
+        _run("memory", lambda: memory.run_suite(q), results)
+    if only & {"commit", "planning", "e2e", "overhead"}:
+        from kinesis_source.local import LocalEndpoint
+
+        with LocalEndpoint() as ep:
+            if "commit" in only:
+                _run("commit", lambda: commit.run_suite(ep.url, q), results)
+            if "planning" in only:
+                _run("planning", lambda: planning.run_suite(ep.url, q), results)
+            if only & {"e2e", "overhead"}:
+                from benchmarks import spark_env
+
+                spark = spark_env.session()
+                try:
+                    if "e2e" in only:
+                        _run("e2e", lambda: e2e.run_suite(spark, ep.url, q), results)
+                    if "overhead" in only:
+                        _run("overhead", lambda: overhead.run_suite(spark, ep.url, q), results)
+                finally:
+                    spark.stop()
+    results["targets"] = report.targets(results)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    print(f"== wrote {out_file.relative_to(ROOT)}")
+    for t in results["targets"]:
+        print(f"  {'PASS' if t['pass'] else 'FAIL'}  {t['target']} {t['goal']}: {t['shown']}")
+    if not args.no_doc:
+        report.update_doc(ROOT / "docs" / "benchmarks.md", report.render(results))
+        print("== updated docs/benchmarks.md")
+
+
+if __name__ == "__main__":
+    main()

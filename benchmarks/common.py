@@ -1,0 +1,193 @@
+"""Helpers shared by the benchmarks: summaries of repeated runs, the machine's description, local
+AWS clients and filling streams with a backlog.
+
+Every figure is a median over repeated runs with its spread (max - min), measured in one run on
+one machine, so that ratios between a baseline and kinesis-ddb are what counts.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any, Callable, Iterable
+
+from kinesis_source.aws import AwsSettings
+from kinesis_source.local import LOCAL_CREDENTIALS
+
+REGION = "us-east-1"
+# Records of a put_records call: Kinesis' (and moto's) limit.
+PUT_BATCH = 500
+
+
+def summary(values: Iterable[float]) -> dict[str, Any]:
+    """Median, min, max and spread (max - min) of repeated measurements, with the values."""
+    vals = [float(v) for v in values]
+    return {
+        "median": statistics.median(vals),
+        "min": min(vals),
+        "max": max(vals),
+        "spread": max(vals) - min(vals),
+        "n": len(vals),
+        "values": vals,
+    }
+
+
+def timed(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[float]:
+    """Wall seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` runs not counted."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def describe(s: dict[str, Any], unit: str = "", digits: int = 0) -> str:
+    """``median (spread x)`` of a summary, for printing."""
+    return f"{s['median']:,.{digits}f}{unit} (spread {s['spread']:,.{digits}f})"
+
+
+def local_env() -> None:
+    """Environment for local endpoints and Spark's Python processes (this interpreter, loopback,
+    the repository on the path so the helper can import ``benchmarks.naive``)."""
+    os.environ.update(LOCAL_CREDENTIALS)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
+def settings(url: str) -> AwsSettings:
+    """The source's own client settings for a local endpoint."""
+    return AwsSettings(
+        region=REGION, endpoint_url=url, access_key_id="local", secret_key="local"
+    )
+
+
+def source_options(url: str, stream: str, **extra: str) -> dict[str, str]:
+    """Options of a kinesis-ddb query on the local endpoint (a fresh application name)."""
+    return {
+        "streamName": stream,
+        "endpointUrl": url,
+        "dynamodbEndpointUrl": url,
+        "region": REGION,
+        "awsAccessKeyId": "local",
+        "awsSecretKey": "local",
+        "applicationName": f"bench-{uuid.uuid4().hex[:10]}",
+        "initialPosition": "TRIM_HORIZON",
+        **extra,
+    }
+
+
+def create_stream(client: Any, shards: int, prefix: str = "bench") -> str:
+    """A new stream of ``shards`` shards, ACTIVE."""
+    name = f"{prefix}-{shards}-{uuid.uuid4().hex[:8]}"
+    client.create_stream(StreamName=name, ShardCount=shards)
+    client.get_waiter("stream_exists").wait(
+        StreamName=name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 150}
+    )
+    return name
+
+
+def shard_hash_keys(client: Any, stream: str) -> list[tuple[str, str]]:
+    """(shard id, starting hash key) of every shard, so puts can target each shard evenly."""
+    shards, kwargs = [], {"StreamName": stream}
+    while True:
+        resp = client.list_shards(**kwargs)
+        shards += [(s["ShardId"], s["HashKeyRange"]["StartingHashKey"]) for s in resp["Shards"]]
+        if not resp.get("NextToken"):
+            return shards
+        kwargs = {"NextToken": resp["NextToken"]}
+
+
+def put_rounds(
+    client: Any, stream: str, rounds: int, size: int, hash_keys: list[tuple[str, str]]
+) -> dict[str, str]:
+    """Put ``rounds`` rounds of one ``size``-byte record per shard (a steady producer, every
+    shard alike, each round in its own calls); returns the last sequence number put in each
+    shard."""
+    payload = os.urandom(size)
+    last: dict[str, str] = {}
+    batch: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        resp = client.put_records(StreamName=stream, Records=batch)
+        assert resp.get("FailedRecordCount", 0) == 0, resp
+        for res in resp["Records"]:
+            last[res["ShardId"]] = res["SequenceNumber"]
+        batch.clear()
+
+    for r in range(rounds):
+        for i, (_, hash_key) in enumerate(hash_keys):
+            batch.append({"Data": payload, "PartitionKey": f"k{i}-{r}", "ExplicitHashKey": hash_key})
+            if len(batch) == PUT_BATCH:
+                flush()
+        if batch:  # a round is its own call(s): rounds arrive one after another, as produced
+            flush()
+    return last
+
+
+def fill_backlog(client: Any, stream: str, records: int, size: int) -> dict[str, int]:
+    """Put ``records`` records of ``size`` bytes spread evenly over the shards; returns the
+    count per shard."""
+    keys = shard_hash_keys(client, stream)
+    per_shard = {shard: 0 for shard, _ in keys}
+    payload = os.urandom(size)
+    for start in range(0, records, PUT_BATCH):
+        batch = [
+            {"Data": payload, "PartitionKey": f"k{i}", "ExplicitHashKey": keys[i % len(keys)][1]}
+            for i in range(start, min(records, start + PUT_BATCH))
+        ]
+        resp = client.put_records(StreamName=stream, Records=batch)
+        assert resp.get("FailedRecordCount", 0) == 0, resp
+        for res in resp["Records"]:
+            per_shard[res["ShardId"]] += 1
+    return per_shard
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _java() -> str | None:
+    try:
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+        return out.stderr.splitlines()[0] if out.stderr else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def machine() -> dict[str, Any]:
+    """What produced the figures: cores, memory, Python, Java and library versions."""
+    mem_kb = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem_kb = int(line.split()[1])
+    except OSError:
+        pass
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "java": _java(),
+        "libraries": {
+            d: _version(d)
+            for d in ("pyspark", "boto3", "botocore", "aiobotocore", "pyarrow", "moto", "aws-kinesis-agg")
+        },
+    }

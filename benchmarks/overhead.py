@@ -1,0 +1,163 @@
+"""Per-batch overhead: micro-batches per second when each batch holds almost nothing, kinesis-ddb
+vs Spark's built-in ``rate-micro-batch`` source, with the same trigger (back to back) and sink
+(``noop``).
+
+kinesis-ddb runs no batch for an idle stream, so a producer puts one record per shard every
+10 ms (during both sources' runs alike): every trigger finds a few records per shard. The rate
+source gets the same number of partitions as the stream has shards and a few rows per batch. We
+also run ``benchmarks/floor_source.py``, a Python source that does no I/O at all (the floor of the
+Python Data Source API). We count batches over a window after a warm-up; the overhead ratio is the rate source's batches/s
+over ours (= our time per batch over its). The phases of our batches (``durationMs``) say where
+the time goes.
+
+    python -m benchmarks.overhead [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from typing import Any
+
+from benchmarks import spark_env
+from benchmarks.common import (
+    create_stream,
+    describe,
+    local_env,
+    settings,
+    shard_hash_keys,
+    source_options,
+    summary,
+)
+from kinesis_source.local import LocalEndpoint
+
+SHARDS = 4
+PRODUCER_INTERVAL_S = 0.010
+WARMUP_BATCHES = 3
+
+
+class Producer:
+    """Puts one small record per shard every ``PRODUCER_INTERVAL_S`` in a background thread."""
+
+    def __init__(self, url: str, stream: str) -> None:
+        self._client = settings(url).boto3_client("kinesis")
+        self._stream = stream
+        self._keys = shard_hash_keys(self._client, stream)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._client.put_records(
+                StreamName=self._stream,
+                Records=[
+                    {"Data": b"x" * 100, "PartitionKey": "k", "ExplicitHashKey": h}
+                    for _, h in self._keys
+                ],
+            )
+            self._stop.wait(PRODUCER_INTERVAL_S)
+
+    def __enter__(self) -> "Producer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def batches_per_second(spark: Any, fmt: str, options: dict[str, str], window: float) -> dict[str, Any]:
+    """Batches/s of a query over ``window`` seconds after its first batches, and the median
+    phases of those batches."""
+    checkpoint = tempfile.mkdtemp(prefix="kddb-bench-")
+    query = spark_env.start(spark, fmt, options, checkpoint)
+    try:
+        deadline = time.monotonic() + 180
+        while len(spark_env.progress_dicts(query)) < WARMUP_BATCHES:
+            if not query.isActive or time.monotonic() > deadline:
+                raise RuntimeError(f"{fmt} query made no progress: {query.exception()}")
+            time.sleep(0.05)
+        first = len(spark_env.progress_dicts(query))
+        time.sleep(window)
+        progress = spark_env.progress_dicts(query)
+    finally:
+        query.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    batches = progress[first:]
+    phases = {
+        k: statistics.median(p["durationMs"].get(k, 0) for p in batches) / 1000
+        for k in batches[0]["durationMs"]
+    } if batches else {}
+    return {
+        "batches_per_second": len(batches) / window,
+        "rows_per_batch": statistics.median(p["numInputRows"] for p in batches) if batches else 0,
+        "phase_seconds": phases,
+    }
+
+
+def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
+    """Both sources, ``repeats`` windows each, alternating."""
+    window, repeats = (5.0, 3) if quick else (15.0, 3)
+    kinesis = settings(url).boto3_client("kinesis")
+    stream = create_stream(kinesis, SHARDS, "overhead")
+    rate_opts = {"rowsPerBatch": str(SHARDS), "numPartitions": str(SHARDS)}
+    ours_opts = source_options(url, stream, checkpointTable="kinesis-ddb-bench-overhead",
+                               initialPosition="LATEST")
+    floor_opts = {"numPartitions": str(SHARDS)}
+    ours, rate, floor = [], [], []
+    with Producer(url, stream):
+        for turn in range(repeats):
+            app = {"applicationName": f"{ours_opts['applicationName']}-{turn}"}
+            ours.append(batches_per_second(spark, "kinesis-ddb", {**ours_opts, **app}, window))
+            rate.append(batches_per_second(spark, "rate-micro-batch", rate_opts, window))
+            floor.append(batches_per_second(spark, "python-floor", floor_opts, window))
+    o = summary(r["batches_per_second"] for r in ours)
+    r = summary(x["batches_per_second"] for x in rate)
+    f = summary(x["batches_per_second"] for x in floor)
+    result = {
+        "window_seconds": window,
+        "shards": SHARDS,
+        "kinesis_ddb_bps": o,
+        "rate_bps": r,
+        "python_floor_bps": f,
+        "kinesis_ddb_rows_per_batch": statistics.median(x["rows_per_batch"] for x in ours),
+        "kinesis_ddb_phase_seconds": _median_phases(ours),
+        "rate_phase_seconds": _median_phases(rate),
+        "python_floor_phase_seconds": _median_phases(floor),
+        "overhead_ratio": r["median"] / o["median"],
+    }
+    print(
+        f"  per-batch: kinesis-ddb {describe(o, ' batches/s', 2)}; rate-micro-batch "
+        f"{describe(r, ' batches/s', 2)}; python-floor {describe(f, ' batches/s', 2)}; "
+        f"overhead x{result['overhead_ratio']:.2f}; our phases "
+        + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in result["kinesis_ddb_phase_seconds"].items()),
+        flush=True,
+    )
+    return result
+
+
+def _median_phases(runs: list[dict[str, Any]]) -> dict[str, float]:
+    keys = runs[0]["phase_seconds"].keys()
+    return {k: statistics.median(r["phase_seconds"].get(k, 0.0) for r in runs) for k in keys}
+
+
+def main() -> None:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    local_env()
+    with LocalEndpoint() as ep:
+        spark = spark_env.session()
+        try:
+            run_suite(spark, ep.url, args.quick)
+        finally:
+            spark.stop()
+
+
+if __name__ == "__main__":
+    main()

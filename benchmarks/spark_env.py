@@ -1,0 +1,100 @@
+"""The Spark side of the benchmarks: one ``local[2]`` session with kinesis-ddb and the naive
+baseline registered, and running a query to the ``noop`` sink until it has read a backlog."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from typing import Any
+
+from benchmarks.common import local_env
+
+
+def session() -> Any:
+    """A ``local[2]`` SparkSession on loopback with kinesis-ddb and the baselines registered."""
+    local_env()
+    from pyspark.sql import SparkSession
+
+    from benchmarks.floor_source import FloorDataSource
+    from benchmarks.naive import NaiveKinesisDataSource
+    from kinesis_source import register
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("kinesis-ddb-benchmarks")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "2g")
+        # the per-batch benchmark reads every batch's progress of a window
+        .config("spark.sql.streaming.numRecentProgressUpdates", "2000")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("FATAL")  # query.stop() aborts tasks noisily
+    register(spark)
+    spark.dataSource.register(NaiveKinesisDataSource)
+    spark.dataSource.register(FloorDataSource)
+    return spark
+
+
+def start(spark: Any, fmt: str, options: dict[str, str], checkpoint: str, **reader: Any) -> Any:
+    """Start ``format(fmt)`` with ``options`` into the ``noop`` sink, triggers back to back."""
+    stream = spark.readStream.format(fmt)
+    for key, value in options.items():
+        stream = stream.option(key, value)
+    return (
+        stream.load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+
+
+def progress_dicts(query: Any) -> list[dict[str, Any]]:
+    """The query's recent progress events as plain dicts."""
+    return [json.loads(p.json) if hasattr(p, "json") else dict(p) for p in query.recentProgress]
+
+
+def read_backlog(spark: Any, fmt: str, options: dict[str, str], expected: int,
+                 timeout: float = 600.0) -> dict[str, Any]:
+    """Run a query until it has read ``expected`` rows; its batches' time and the wall time.
+
+    ``seconds`` adds up ``triggerExecution`` of the batches that read rows (planning, reading and
+    writing them: what the query spends on the backlog, without starting the query);
+    ``wall_seconds`` runs from ``start()`` to the last of those batches.
+    """
+    checkpoint = tempfile.mkdtemp(prefix="kddb-bench-")
+    began = time.perf_counter()
+    query = start(spark, fmt, options, checkpoint)
+    try:
+        while True:
+            progress = progress_dicts(query)
+            rows = sum(p["numInputRows"] for p in progress)
+            if rows >= expected:
+                break
+            if not query.isActive:
+                raise RuntimeError(f"{fmt} query stopped: {query.exception()}")
+            if time.perf_counter() - began > timeout:
+                raise TimeoutError(f"{fmt} query read {rows} of {expected} rows in {timeout} s")
+            time.sleep(0.05)
+        wall = time.perf_counter() - began
+    finally:
+        query.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    batches = [p for p in progress if p["numInputRows"] > 0]
+    if rows != expected:
+        raise AssertionError(f"{fmt} read {rows} rows, expected {expected}")
+    phases: dict[str, float] = {}
+    for p in batches:
+        for phase, ms in p["durationMs"].items():
+            phases[phase] = phases.get(phase, 0.0) + ms / 1000
+    return {
+        "rows": rows,
+        "batches": len(batches),
+        "seconds": phases.get("triggerExecution", 0.0),
+        "wall_seconds": wall,
+        "phases": phases,
+    }
