@@ -56,10 +56,19 @@ class Target:
             cap = self.caps.get(key)
             if cap is None:
                 continue
-            if pos.kind == AFTER and seq_key(pos.seq) >= seq_key(cap):  # type: ignore[arg-type]
+            if pos.kind == AFTER and _past(pos, cap):
                 continue
             kept[sid], caps[sid] = pos, cap
         return kept, caps
+
+
+def _past(pos: Position, cap: str) -> bool:
+    """True when nothing up to ``cap`` is left after the ``AFTER`` position ``pos`` (inside an
+    aggregate, the rest of the record ``cap`` itself may still be)."""
+    assert pos.seq is not None
+    if pos.sub_seq is not None:
+        return seq_key(pos.seq) > seq_key(cap)
+    return seq_key(pos.seq) >= seq_key(cap)
 
 
 class Planner:

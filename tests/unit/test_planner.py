@@ -172,3 +172,20 @@ def test_untrimmed_start_is_not_data_loss():
     fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
     assert probe(prober, Position.after(recs[10][0])).tip == recs[-1][0]
     assert probe(prober, Position.at(recs[99][0])).tip == recs[99][0]
+
+
+def test_available_now_target_bounds_which_shards_are_probed():
+    from kinesis_source.planner import Target
+
+    target = Target({"s/a": "100", "s/b": None, "s/c": "50", "s/d": "70"}, frozenset({"s/z"}))
+    starts = {
+        ("s", "a"): Position.after("99"),  # before its cap: probed, capped
+        ("s", "b"): Position.trim_horizon(),  # empty when the run started
+        ("s", "c"): Position.after("50"),  # at its cap: done
+        ("s", "d"): Position.after("70", 2),  # inside the cap's aggregate: the rest is in
+        ("s", "z"): Position.after("5"),  # closed at the start: to its end, no cap
+        ("s", "new"): Position.trim_horizon(),  # created during the run: all newer
+    }
+    kept, caps = target.bound(starts)
+    assert set(kept) == {("s", "a"), ("s", "d"), ("s", "z")}
+    assert caps == {("s", "a"): "100", ("s", "d"): "70"}
