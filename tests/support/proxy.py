@@ -8,7 +8,8 @@ access key id that signed it. Rules make it misbehave the way AWS does:
 - ``latency = seconds``: delay every request;
 - ``trim(stream, shard, first_seq)``: simulate retention: iterators asked for before
   ``first_seq`` (or at TRIM_HORIZON) land at ``first_seq``, as Kinesis' do after a trim;
-- ``down = True``: drop every connection without an answer.
+- ``down = True``: drop every connection without an answer (recorded in ``seen`` as
+  :data:`DROPPED`).
 
 Listens on 127.0.0.1 only; the random choices are seeded, so a run is repeatable.
 """
@@ -27,6 +28,7 @@ from urllib.parse import urlparse
 
 _KEY_RE = re.compile(r"Credential=([^/]+)/")
 THROTTLED = "ProvisionedThroughputExceededException"
+DROPPED = "dropped"  # ``Seen.injected`` of a request dropped while ``down``
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,8 @@ class FaultProxy:
                 op = self.headers.get("X-Amz-Target", "").rpartition(".")[2] or self.command
                 key = _KEY_RE.search(self.headers.get("Authorization", ""))
                 if proxy.down:
+                    with proxy._lock:
+                        proxy.seen.append(Seen(op, key and key.group(1), DROPPED))
                     self.close_connection = True
                     return
                 if proxy.latency:

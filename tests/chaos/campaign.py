@@ -1,0 +1,232 @@
+"""Scenario 1 and 3 as a function: SIGKILL a driver at seeded random points, restart it keeping
+and dropping the Spark checkpoint in turn, then count what the sinks received."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.chaos.chaos_source import PAUSE_PHASES
+from tests.chaos.driver import SINK_PHASES, ChaosDriver
+from tests.chaos.harness import BackgroundProducer
+from tests.chaos.recipe import sink_records, skipped_rows
+from tests.support.checker import Delivery, Report, check, load_deliveries
+from tests.support.committed import stored, tips
+from tests.support.regression import RegressionWatch
+from tests.support.waiting import wait_for
+
+# Where a kill is aimed: a pause point (the driver blocks there and is killed), or "random": a
+# kill at a random moment, attributed afterwards to the phase the phase log shows. Kill i aims at
+# group i % 4 (a random member), so even the 3 kills of the bounded form hit planning, reading and
+# committing.
+TARGET_GROUPS = (
+    ("planning", "partitions"),
+    ("reading",),
+    ("committing", *SINK_PHASES),
+    ("random",),
+)
+assert {t for g in TARGET_GROUPS for t in g} == {*PAUSE_PHASES, *SINK_PHASES, "random"}
+
+
+@dataclass
+class Kill:
+    run: str
+    target: str
+    hit: str
+    after_s: float
+    master: str
+    keep_checkpoint_next: bool
+
+
+@dataclass
+class Outcome:
+    report: Report
+    kills: list[Kill]
+    runs: list[str]
+    sent: int
+    sink_rows: int
+    sink_duplicates: int
+    sink_skipped: int
+    redelivered: dict[str, int] = field(default_factory=dict)  # restart run -> rows read again
+    in_flight: dict[str, int] = field(default_factory=dict)  # restart run -> its bound
+    replays_identical: int = 0
+
+    def figures(self) -> dict[str, Any]:
+        keep = [r for k, r in zip(self.kills, self.runs[1:]) if k.keep_checkpoint_next]
+        drop = [r for k, r in zip(self.kills, self.runs[1:]) if not k.keep_checkpoint_next]
+        totals = self.report.totals()
+        return {
+            "runs": len(self.runs),
+            "kills": len(self.kills),
+            "kill_phases": dict(Counter(k.hit for k in self.kills)),
+            "kills_by_master": dict(Counter(k.master for k in self.kills)),
+            "records": self.sent,
+            "delivered": totals["delivered"],
+            "lost": totals["lost"],
+            "invented": totals["invented"],
+            "duplicated": totals["duplicated"],
+            "out_of_order": totals["out_of_order"],
+            "duplicated_after_keep": sum(self.redelivered.get(r, 0) for r in keep),
+            "duplicated_after_drop": sum(self.redelivered.get(r, 0) for r in drop),
+            "max_in_flight_bound": max(self.in_flight.values(), default=0),
+            "identical_replays": self.replays_identical,
+            "exactly_once_sink_rows": self.sink_rows,
+            "exactly_once_sink_duplicates": self.sink_duplicates,
+            "exactly_once_sink_skipped": self.sink_skipped,
+        }
+
+
+def run_campaign(
+    *,
+    kinesis: Any,
+    ddb: Any,
+    stream: str,
+    options: dict[str, str],
+    out: Path,
+    kills: int,
+    rng: random.Random,
+    masters: dict[int, str] | None = None,
+    hooks: dict[int, Any] | None = None,
+    startup_timeout: float = 240,
+) -> Outcome:
+    """Produce continuously; run ``kills + 1`` drivers, SIGKILLing all but the last at a
+    random point; the last one drains. Run i runs on ``masters[i]`` (default ``local[2,4]``)
+    and, once started, calls ``hooks[i](driver)`` before it is killed. Returns the counted
+    outcome (asserts nothing)."""
+    masters, hooks = masters or {}, hooks or {}
+    app = options["applicationName"]
+    db = out / "sink.db"
+    producer = BackgroundProducer(kinesis, stream, burst=20, interval=0.5).start()
+    watch = RegressionWatch(ddb, app)
+    runs: list[str] = []
+    kill_log: list[Kill] = []
+    ck = 0
+    driver: ChaosDriver | None = None
+    try:
+        for i in range(kills + 1):
+            keep = i % 2 == 1  # restarts alternate: the 1st keeps the Spark checkpoint, the 2nd drops it
+            if i > 0 and not keep:
+                ck += 1
+            run = f"run{i:02d}"
+            runs.append(run)
+            driver = ChaosDriver(run, out, out / f"ck{ck}", options, master=masters.get(i, "local[2,4]"), db=db)
+            wait_for(lambda: driver.check_alive() and driver.started(), timeout=startup_timeout,
+                     what=f"driver {run} to start")
+            if i in hooks:
+                hooks[i](driver)
+            if i == kills:
+                break
+            target = rng.choice(TARGET_GROUPS[i % len(TARGET_GROUPS)])
+            delay = rng.uniform(0.5, 8.0) if target == "random" else rng.uniform(0.0, 3.0)
+            deadline = time.monotonic() + delay
+            wait_for(lambda: driver.check_alive() and time.monotonic() >= deadline,
+                     timeout=delay + 30, what=f"{delay:.1f}s into {run}")
+            if target != "random":
+                driver.pause_at(target)
+                wait_for(lambda: driver.check_alive() and driver.paused(), timeout=240,
+                         what=f"driver {run} to reach {target}")
+            hit = driver.phase_now() if target == "random" else target
+            after = time.monotonic() - driver.started_at
+            driver.kill()
+            kill_log.append(Kill(run, target, hit, round(after, 1), masters.get(i, "local[2,4]"),
+                                 keep_checkpoint_next=(i + 1) % 2 == 1))
+        sent = producer.stop()
+        want = {(p.shard_id, p.seq) for p in sent}
+        final = driver
+        assert final is not None
+
+        def drained() -> bool:
+            final.check_alive()
+            got = {(r[1], r[2]) for r in sink_records(db)}
+            return want <= got
+
+        wait_for(drained, timeout=300, interval=0.5, what="the last run to drain the stream")
+        tip = {f"{stream}/{sh}": pos for sh, pos in tips(sent).items()}
+        wait_for(lambda: final.check_alive() and {k: v for k, v in stored(ddb, app).items() if k in tip} == tip,
+                 timeout=120, what="DynamoDB to hold every shard's tip")
+    finally:
+        producer.stop() if producer.error is None else None
+        watch.stop()
+        if driver is not None:
+            driver.kill()
+    assert not watch.regressions, f"stored positions moved backwards: {watch.regressions}"
+    assert watch.observations > 10, "the regression watch did not run"
+
+    deliveries = load_deliveries(out / "deliveries", runs)
+    report = check(((p.shard_id, p.seq) for p in sent), deliveries)
+    rows = sink_records(db)
+    keyed = Counter((r[1], r[2], r[3]) for r in rows)
+    outcome = Outcome(
+        report=report,
+        kills=kill_log,
+        runs=runs,
+        sent=len(sent),
+        sink_rows=len(rows),
+        sink_duplicates=sum(n - 1 for n in keyed.values()),
+        sink_skipped=skipped_rows(db),
+    )
+    _bounds(outcome, deliveries, runs)
+    if {(r[1], r[2]) for r in rows} != want:
+        raise AssertionError("the exactly-once sink does not hold exactly the records put")
+    return outcome
+
+
+def _bounds(outcome: Outcome, deliveries: list[Delivery], runs: list[str]) -> None:
+    """Per restart: the rows read again, the in-flight batch that bounds them, and whether
+    replays of a batch under a kept checkpoint were identical (checked by the caller)."""
+    by_run: dict[str, list[Delivery]] = {r: [] for r in runs}
+    for d in deliveries:
+        by_run[d.run].append(d)
+    delivered_before: set = set()
+    last_batch: Delivery | None = None
+    previous_on_checkpoint: dict[int, Delivery] = {}
+    outcome.mismatched_replays = []  # type: ignore[attr-defined]
+    outcome.beyond_bound = []  # type: ignore[attr-defined]
+    for i, run in enumerate(runs):
+        mine = by_run[run]
+        kept = i > 0 and i % 2 == 1
+        if i > 0:
+            rows = {key for d in mine for key in d.rows}
+            again = rows & delivered_before
+            bound = set(last_batch.rows) if last_batch else set()
+            outcome.redelivered[run] = len(again)
+            outcome.in_flight[run] = len(bound)
+            if not again <= bound:
+                outcome.beyond_bound.append(  # type: ignore[attr-defined]
+                    f"{run}: {len(again - bound)} rows read again beyond the in-flight batch "
+                    f"({run} {'kept' if kept else 'dropped'} the checkpoint)"
+                )
+            if kept:
+                for d in mine:
+                    before = previous_on_checkpoint.get(d.batch)
+                    if before is not None:
+                        if before.rows == d.rows:
+                            outcome.replays_identical += 1
+                        else:
+                            outcome.mismatched_replays.append(  # type: ignore[attr-defined]
+                                f"batch {d.batch}: {before.run} and {run} delivered different rows"
+                            )
+        if i > 0 and not kept:
+            previous_on_checkpoint = {}
+        for d in mine:
+            previous_on_checkpoint[d.batch] = d
+            delivered_before |= set(d.rows)
+            last_batch = d
+
+
+def describe(outcome: Outcome, seed: int) -> str:
+    """A failure message: seed, kills and the per-shard table."""
+    kills = "\n".join(
+        f"  {k.run} ({k.master}): aimed at {k.target}, hit {k.hit}, {k.after_s}s after start; restart "
+        f"{'keeps' if k.keep_checkpoint_next else 'drops'} the checkpoint"
+        for k in outcome.kills
+    )
+    return (
+        f"seed {seed} (rerun with KDDB_CHAOS_SEED={seed})\n{kills}\n{outcome.report.table()}\n"
+        f"{json.dumps(outcome.figures(), sort_keys=True)}"
+    )
