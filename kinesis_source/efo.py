@@ -36,11 +36,10 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 from .kinesis import (
     INVALID_ARGUMENT,
     NOT_FOUND,
-    DataLossError,
     KinesisSourceError,
     RangeIncompleteError,
     check_opening,
-    data_loss_message,
+    report_data_loss,
     error_code,
     opening_position,
     stream_must_exist,
@@ -114,6 +113,18 @@ def _poll(timeout_s: float, poll_s: float) -> dict[str, Any]:
     return {"stop": stop_after_delay(timeout_s), "wait": wait_fixed(poll_s)}
 
 
+def _wait_gone(
+    client: Any, arn: str, consumer_name: str, timeout_s: float, poll_s: float, error: str
+) -> None:
+    """Wait until the consumer no longer exists (its name is free again), else raise ``error``."""
+    try:
+        Retrying(retry=retry_if_result(lambda d: d is not None), **_poll(timeout_s, poll_s))(
+            _describe, client, arn, consumer_name
+        )
+    except RetryError:
+        raise ConsumerError(error) from None
+
+
 def wait_active(
     client: Any, consumer_arn: str, timeout_s: float = 120.0, poll_s: float = 1.0
 ) -> None:
@@ -148,15 +159,11 @@ def ensure_consumer(
     if desc is not None and desc["ConsumerStatus"] == DELETING:
         # A consumer of that name is being deregistered: it must be gone before the name is free.
         log.info("EFO consumer %s of %s is being deleted; waiting", consumer_name, stream_name)
-        try:
-            Retrying(retry=retry_if_result(lambda d: d is not None), **_poll(timeout_s, poll_s))(
-                _describe, client, arn, consumer_name
-            )
-        except RetryError:
-            raise ConsumerError(
-                f"EFO consumer '{consumer_name}' of Kinesis stream '{stream_name}' is still "
-                f"DELETING after {timeout_s:g} s"
-            ) from None
+        _wait_gone(
+            client, arn, consumer_name, timeout_s, poll_s,
+            f"EFO consumer '{consumer_name}' of Kinesis stream '{stream_name}' is still "
+            f"DELETING after {timeout_s:g} s",
+        )
         desc = None
     if desc is None:
         log.info("registering EFO consumer %s on stream %s", consumer_name, stream_name)
@@ -190,15 +197,11 @@ def deregister_consumer(
             return False
         raise
     if timeout_s is not None:
-        try:
-            Retrying(retry=retry_if_result(lambda d: d is not None), **_poll(timeout_s, poll_s))(
-                _describe, client, arn, consumer_name
-            )
-        except RetryError:
-            raise ConsumerError(
-                f"EFO consumer '{consumer_name}' of Kinesis stream '{stream_name}' is still "
-                f"there {timeout_s:g} s after it was deregistered"
-            ) from None
+        _wait_gone(
+            client, arn, consumer_name, timeout_s, poll_s,
+            f"EFO consumer '{consumer_name}' of Kinesis stream '{stream_name}' is still "
+            f"there {timeout_s:g} s after it was deregistered",
+        )
     return True
 
 
@@ -266,10 +269,7 @@ class SubscribeRangeReader:
 
     def _lost(self, landed: str | None) -> None:
         rng = self._range
-        message = data_loss_message(rng.stream, rng.shard_id, rng.start, landed)
-        if self._fail_on_data_loss:
-            raise DataLossError(message)
-        log.warning("%s Going on (failOnDataLoss=false).", message)
+        report_data_loss(rng.stream, rng.shard_id, rng.start, landed, self._fail_on_data_loss)
 
     def _resume_position(self) -> Position:
         if self._last_seq is None:

@@ -71,15 +71,21 @@ def check_opening(records: list[dict], start: Position) -> tuple[list[dict], str
     return records, None
 
 
-def data_loss_message(stream: str, shard_id: str, start: Position, landed: str | None) -> str:
-    """The error for records lost after ``start`` (names stream, shard, position, remedy)."""
+def report_data_loss(
+    stream: str, shard_id: str, start: Position, landed: str | None, fail: bool
+) -> None:
+    """Records after ``start`` are gone: raise :class:`DataLossError` (``failOnDataLoss=true``)
+    or log a warning and go on. The message names stream, shard, position and remedy."""
     where = f"the oldest record left is {landed}" if landed else "the position was rejected"
-    return (
+    message = (
         f"Records of Kinesis stream '{stream}' shard '{shard_id}' after position {start} are no "
         f"longer in the stream (older than its retention period, or trimmed): {where}. Set "
         "option failOnDataLoss=false to go on from the oldest record left, or move the "
         "application with `kinesis-ddb checkpoints reset`."
     )
+    if fail:
+        raise DataLossError(message)
+    log.warning("%s Going on (failOnDataLoss=false).", message)
 
 
 def error_code(exc: BaseException) -> str | None:
@@ -202,10 +208,7 @@ class RangeReader:
 
     def _lost(self, landed: str | None) -> None:
         rng = self._range
-        message = data_loss_message(rng.stream, rng.shard_id, rng.start, landed)
-        if self._fail_on_data_loss:
-            raise DataLossError(message)
-        log.warning("%s Going on (failOnDataLoss=false).", message)
+        report_data_loss(rng.stream, rng.shard_id, rng.start, landed, self._fail_on_data_loss)
 
     def _fetch(self) -> Page:
         for attempt in Retrying(**_expiry_retry()):

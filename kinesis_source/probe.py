@@ -26,11 +26,10 @@ from botocore.exceptions import ClientError
 from .kinesis import (
     INVALID_ARGUMENT,
     AsyncKinesis,
-    DataLossError,
     Page,
     arrival_seconds,
     check_opening,
-    data_loss_message,
+    report_data_loss,
     error_code,
     opening_position,
 )
@@ -156,10 +155,7 @@ class TailProber:
         return page
 
     def _lost(self, stream: str, shard: str, start: Position, landed: str | None) -> None:
-        message = data_loss_message(stream, shard, start, landed)
-        if self._fail_on_data_loss:
-            raise DataLossError(message)
-        log.warning("%s Going on (failOnDataLoss=false).", message)
+        report_data_loss(stream, shard, start, landed, self._fail_on_data_loss)
 
     async def _read_to_tip(self, iterator: str | None) -> tuple[str | None, str | None]:
         """Read pages until the tip; return the last sequence number and the iterator after it."""

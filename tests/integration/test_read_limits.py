@@ -17,6 +17,19 @@ from tests.support.waiting import wait_for
 pytestmark = pytest.mark.spark
 
 
+def start_triggered(spark, options, checkpoint, sink, **trigger):
+    """Start a query into ``sink`` with a trigger such as ``once=True``."""
+    reader = spark.readStream.format("kinesis-ddb")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return (
+        reader.load().writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(**trigger)
+        .start()
+    )
+
+
 def shard_hash_keys(kinesis, stream):
     """shard id -> an ExplicitHashKey that lands in it."""
     shards = kinesis.list_shards(StreamName=stream)["Shards"]
@@ -63,15 +76,7 @@ def test_trigger_once_reads_everything_despite_the_limit(
     producer.put(500)
     sink = Collector()
     options = {**source_options, "streamName": stream, "maxRecordsPerBatch": "100"}
-    reader = spark.readStream.format("kinesis-ddb")
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    query = (
-        reader.load().writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(once=True)
-        .start()
-    )
+    query = start_triggered(spark, options, tmp_path / "ck", sink, once=True)
     try:
         assert query.awaitTermination(180), "Trigger.Once did not stop"
         assert query.exception() is None
@@ -129,15 +134,7 @@ def test_available_now_reads_what_existed_at_its_start_and_stops(
     with TimedProducer(producer) as writer:
         wait_for(lambda: len(writer.calls) >= 3, timeout=30, what="the producer to run")
         existing = list(producer.sent)  # acknowledged before the query starts
-        reader = spark.readStream.format("kinesis-ddb")
-        for key, value in options.items():
-            reader = reader.option(key, value)
-        query = (
-            reader.load().writeStream.foreachBatch(sink)
-            .option("checkpointLocation", str(tmp_path / "ck"))
-            .trigger(availableNow=True)
-            .start()
-        )
+        query = start_triggered(spark, options, tmp_path / "ck", sink, availableNow=True)
         try:
             assert query.awaitTermination(240), "Trigger.AvailableNow did not stop by itself"
             assert query.exception() is None
