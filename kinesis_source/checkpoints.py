@@ -17,13 +17,14 @@ item still has the caller's epoch, and one conditional ``Put`` per shard whose p
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from .positions import AFTER, AT, SHARD_END, Offset, Position, split_shard_key
 
@@ -154,8 +155,35 @@ def _from_ddb(item: Mapping[str, dict]) -> dict[str, Any]:
     return {k: _plain(v) for k, v in item.items()}
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _names_the_table(method: F) -> F:
+    """A DynamoDB error the store does not handle itself (retries exhausted, access denied, the
+    endpoint unreachable) reaches the user naming the table and application, not only the API
+    operation botocore names."""
+
+    @functools.wraps(method)
+    def wrapper(self: "CheckpointStore", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise CheckpointError(
+                f"DynamoDB failed for {self._where()}: {exc}. Check option "
+                "'dynamodbEndpointUrl'/'dynamodbRegion', the credentials' DynamoDB permissions "
+                "and the table; throttling, 5xx and network errors were retried 'maxRetries' "
+                "times."
+            ) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
 class CheckpointStore:
-    """One application's rows in the checkpoint table, over a boto3 DynamoDB client."""
+    """One application's rows in the checkpoint table, over a boto3 DynamoDB client.
+
+    Every public method raises :class:`CheckpointError` (naming table and application) for
+    DynamoDB errors it does not handle itself.
+    """
 
     def __init__(self, client: Any, table: str, app: str) -> None:
         self._client = client
@@ -172,6 +200,7 @@ class CheckpointStore:
 
     # -- the table -----------------------------------------------------------------------
 
+    @_names_the_table
     def ensure_table(self, create: bool) -> None:
         """Check the table's key schema; create it first (on-demand) if missing and allowed."""
         try:
@@ -222,6 +251,7 @@ class CheckpointStore:
 
     # -- reading -------------------------------------------------------------------------
 
+    @_names_the_table
     def snapshot(self) -> Snapshot:
         """Read the meta item and every shard item (strongly consistent)."""
         meta = None
@@ -253,6 +283,7 @@ class CheckpointStore:
 
     # -- claiming and fencing ------------------------------------------------------------
 
+    @_names_the_table
     def claim(self, owner: str, host: str) -> Meta:
         """Take the application over: bump the epoch and record the owner."""
         resp = self._client.update_item(
@@ -277,6 +308,7 @@ class CheckpointStore:
         log.info("claimed %s as epoch %d (owner %s)", self._where(), meta.epoch, owner)
         return meta
 
+    @_names_the_table
     def check_epoch(self, epoch: int) -> None:
         """Raise :class:`CheckpointFencedError` if another query claimed after ``epoch``."""
         resp = self._client.get_item(
@@ -295,6 +327,7 @@ class CheckpointStore:
             "positions: stop the other query, or give this one another 'applicationName'."
         )
 
+    @_names_the_table
     def save_initial(
         self, epoch: int, spec: str, resolved: Offset, streams: Mapping[str, str]
     ) -> None:
@@ -309,6 +342,7 @@ class CheckpointStore:
             },
         )
 
+    @_names_the_table
     def save_streams(self, epoch: int, streams: Mapping[str, str]) -> None:
         """Record the streams' identities (creation times) in the meta item."""
         self._update_meta(
@@ -331,6 +365,7 @@ class CheckpointStore:
 
     # -- committing ----------------------------------------------------------------------
 
+    @_names_the_table
     def commit(self, epoch: int, owner: str, positions: Mapping[str, Position]) -> int:
         """Write positions in fenced transactions; returns the number of calls made.
 
@@ -400,6 +435,7 @@ class CheckpointStore:
 
     # -- reset ---------------------------------------------------------------------------
 
+    @_names_the_table
     def reset(self, spec: str, by: str) -> Meta:
         """Move the application to a new initial position: fence running queries (epoch + 1),
         forget committed positions, and store ``spec`` for the next query to resolve."""

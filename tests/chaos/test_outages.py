@@ -136,11 +136,6 @@ def test_outage_beyond_retries_fails_clearly_and_loses_nothing(
         assert stream in message, "the error does not name the stream"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a DynamoDB error that outlasts maxRetries reaches the user as botocore's bare ClientError "
-    "('An error occurred (InternalFailure) when calling the GetItem operation (reached max "
-    "retries: N)'), naming neither the checkpoint table nor the application; Kinesis errors "
-    "name the stream"))
 def test_dynamodb_outage_error_names_the_table_and_application(
     spark, kinesis, ddb, endpoint, make_stream, source_options, tmp_path
 ):
