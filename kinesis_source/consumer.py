@@ -73,6 +73,10 @@ class Consumers:
             return
 
         def on_sigterm(signum: int, frame: Any) -> None:
+            if self._released.is_set():
+                # Spark may close the helper's socket and send SIGTERM at once: the socket's end
+                # already led to stop() and its deregistration, which exiting now would cut off.
+                return
             self.release()
             if callable(previous):
                 previous(signum, frame)
