@@ -88,10 +88,14 @@ class AwsSettings:
         )
 
     def _config(self) -> Config:
+        # Every request is built by this package from validated options, so botocore's
+        # client-side parameter validation only costs time (70% of a 1,000-position commit's
+        # client time, docs/benchmarks.md); the service still validates.
         return Config(
             retries={"mode": "standard", "max_attempts": self.max_attempts},
             connect_timeout=_CONNECT_TIMEOUT_S,
             read_timeout=_READ_TIMEOUT_S,
+            parameter_validation=False,
         )
 
     def _client_kwargs(self) -> dict[str, Any]:
@@ -146,6 +150,7 @@ class AwsSettings:
             _tune(session, service)
             client = session.create_client(service, config=self._config(), **self._client_kwargs())
             _scale_backoff(client, self.retry_base_delay_ms)
+            _fix_user_agent(client)
             return client
         except Exception as exc:  # noqa: BLE001 - reworded below, original chained
             raise _config_error(service, exc) from exc
@@ -164,6 +169,7 @@ class AwsSettings:
             retries=base.retries,
             connect_timeout=base.connect_timeout,
             read_timeout=base.read_timeout,
+            parameter_validation=base.parameter_validation,
             max_pool_connections=_ASYNC_POOL,
         )
         try:
@@ -184,6 +190,7 @@ class AwsSettings:
             creator = session.create_client(service, config=config, **self._client_kwargs())
             client = await creator.__aenter__()
             _scale_backoff(client, self.retry_base_delay_ms)
+            _fix_user_agent(client)
             return client
         except Exception as exc:  # noqa: BLE001 - reworded below, original chained
             raise _config_error(service, exc) from exc
@@ -225,6 +232,22 @@ def _scale_backoff(client: Any, base_ms: int) -> None:
         "non_throttling_base_scale": scale / 20,
     }
     backoff._SERVICE_BACKOFF_CONFIG = {}
+
+
+def _fix_user_agent(client: Any) -> None:
+    """Build the client's ``User-Agent`` once instead of twice per request.
+
+    botocore rebuilds and re-sanitizes the whole string for every call, a quarter of the
+    planner's CPU per probe call (docs/benchmarks.md). Only its feature-usage suffix can change
+    between calls, which is telemetry for AWS, not behaviour. If a botocore release moves the
+    builder, requests keep botocore's own header.
+    """
+    creator = getattr(client, "_user_agent_creator", None)
+    build = getattr(creator, "to_string", None)
+    if not callable(build):
+        return
+    value = build()
+    creator.to_string = lambda: value  # type: ignore[union-attr]
 
 
 def _config_error(service: str, exc: Exception) -> Exception:
