@@ -1,9 +1,9 @@
 """Commit: the DynamoDB checkpoint store writing 10, 100 and 1,000 shard positions at once:
 wall time and DynamoDB API calls per commit, median and spread.
 
-Timed against ``ddb_stub.DynamoStub`` (answers at once: the client side's own cost, see there why
-not moto) and, for 10 and 100 shards, against moto server too. Real DynamoDB adds its latency
-once per call, as the calls of a commit run one after another.
+Timed against ``ddb_stub.DynamoStub`` (answers at once: the client side's own cost) and against
+moto server. Real DynamoDB adds its latency once per call, as the calls of a commit run one after
+another.
 
     python -m benchmarks.commit [--quick]
 """
@@ -22,8 +22,9 @@ from kinesis_source.local import LocalEndpoint
 from kinesis_source.positions import Position
 
 SHARD_COUNTS = (10, 100, 1000)
-# moto's TransactWriteItems is quadratic in the table's size (ddb_stub.py): 1,000 takes a minute.
-MOTO_SHARD_COUNTS = (10, 100)
+# moto's TransactWriteItems copies the table once per item (ddb_stub.py); with positions packed
+# into at most 64 items per commit that is affordable at every size.
+MOTO_SHARD_COUNTS = SHARD_COUNTS
 _BASE_SEQ = 49590338271490256608559692538361571095921575989136588898
 
 
@@ -50,6 +51,7 @@ def measure(url: str, shards: int, repeats: int) -> dict[str, Any]:
     store = CheckpointStore(client, table, "bench")
     store.ensure_table(create=True)
     epoch = store.claim("bench", "localhost").epoch
+    store.snapshot()  # as a query does after its claim: commits then need no read
     counter = CallCounter(client)
     seconds, calls = [], []
     for rep in range(repeats + 1):
@@ -72,7 +74,7 @@ def measure(url: str, shards: int, repeats: int) -> dict[str, Any]:
 
 
 def run_suite(moto_url: str, quick: bool) -> list[dict[str, Any]]:
-    """Every shard count on the stub (and up to 100 on moto), printed as it goes."""
+    """Every shard count on the stub and on moto, printed as it goes."""
     repeats = 3 if quick else 5
     out = []
     with DynamoStub() as stub:

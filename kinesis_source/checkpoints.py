@@ -7,12 +7,16 @@ One table, keyed by application: partition key ``app`` (= ``applicationName``), 
   time, to detect a stream re-created under the same name), ``initialSpec`` (the initial position
   in force) and ``resolved`` (that position resolved per shard, stored once so a restart before
   the first commit starts at the same place).
-- ``key = "shard#<stream>#<shardId>"``: ``position`` (a position string), ``order`` (a string
-  whose byte order is the position's order in the shard, so DynamoDB itself can refuse a
-  regression), ``epoch``, ``owner``, ``committedAt``.
+- ``key = "shards#NN"`` (format 2), one of :data:`BUCKETS` buckets a shard falls in by a CRC32 of
+  its offset key: ``positions`` (canonical JSON: offset key -> position, epoch, owner and time of
+  that shard's last commit), ``version`` (bumped by every write), ``epoch``, ``committedAt``.
+- ``key = "shard#<stream>#<shardId>"``: format 1, one item per shard. Still read, and rewritten
+  into buckets by :meth:`CheckpointStore.migrate`.
 
-Every commit is a ``TransactWriteItems`` of at most 100 items: a ``ConditionCheck`` that the meta
-item still has the caller's epoch, and one conditional ``Put`` per shard whose position advanced.
+Every commit is one ``TransactWriteItems`` (more only past 99 buckets' worth or 3.5 MB): a
+``ConditionCheck`` that the meta item still has the caller's epoch, and one ``Put`` per bucket
+holding a shard that advanced, conditional on the bucket's version being the one last read or
+written. So 1,000 positions take one call, not eleven, and fencing stays per transaction.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -30,10 +35,17 @@ from .positions import AFTER, AT, SHARD_END, Offset, Position, split_shard_key
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 META_KEY = "meta"
-_SHARD_PREFIX = "shard#"
+_SHARD_PREFIX = "shard#"  # format 1
+_BUCKET_PREFIX = "shards#"
+# Fixed for format 2 (changing it moves shards between items: a new format). 64 keeps a small
+# application's commit as small as before (one short item per shard) and a 1,000-shard commit
+# within one transaction.
+BUCKETS = 64
 MAX_TRANSACT_ITEMS = 100  # DynamoDB's limit per TransactWriteItems
+_MAX_TRANSACT_BYTES = 3_500_000  # DynamoDB's limit is 4 MB per transaction
+_MAX_ITEM_BYTES = 380_000  # DynamoDB's limit is 400 KB per item
 _SEQ_WIDTH = 128  # sequence numbers are at most 128 digits
 _WAIT = {"Delay": 1, "MaxAttempts": 300}  # table creation: poll each second, up to 5 minutes
 
@@ -60,6 +72,12 @@ def offset_key_of(item_sort_key: str) -> str:
     """Inverse of :func:`item_key`."""
     stream, _, shard_id = item_sort_key[len(_SHARD_PREFIX) :].partition("#")
     return f"{stream}/{shard_id}"
+
+
+def bucket_key(offset_key: str) -> str:
+    """Sort key of the item holding a shard's position: ``shards#NN``, by CRC32 (stable across
+    processes and Python versions, unlike ``hash``)."""
+    return f"{_BUCKET_PREFIX}{zlib.crc32(offset_key.encode()) % BUCKETS:02d}"
 
 
 def order_key(pos: Position) -> str | None:
@@ -137,6 +155,7 @@ class Snapshot:
 
     meta: Meta | None
     shards: Mapping[str, StoredShard]  # by offset key "<stream>/<shardId>"
+    legacy: frozenset[str] = frozenset()  # sort keys of format-1 items still in the table
 
     def positions(self) -> dict[str, Position]:
         """Committed positions by offset key."""
@@ -189,6 +208,10 @@ class CheckpointStore:
         self._client = client
         self.table = table
         self.app = app
+        # What the table holds, as last read (snapshot) or written here: commits rewrite whole
+        # buckets from it. Fencing makes it exact: no one else writes while this epoch holds.
+        self._known: dict[str, StoredShard] | None = None
+        self._versions: dict[str, int] = {}  # bucket sort key -> version
 
     @property
     def client(self) -> Any:
@@ -253,9 +276,12 @@ class CheckpointStore:
 
     @_names_the_table
     def snapshot(self) -> Snapshot:
-        """Read the meta item and every shard item (strongly consistent)."""
+        """Read the meta item and every position (strongly consistent)."""
         meta = None
         shards: dict[str, StoredShard] = {}
+        legacy: dict[str, StoredShard] = {}
+        legacy_keys = []
+        versions: dict[str, int] = {}
         pages = self._client.get_paginator("query").paginate(
             TableName=self.table,
             KeyConditionExpression="app = :a",
@@ -265,48 +291,78 @@ class CheckpointStore:
         for page in pages:
             for raw in page.get("Items", []):
                 item = _from_ddb(raw)
-                if item["key"] == META_KEY:
+                key = item["key"]
+                if key == META_KEY:
                     meta = Meta.from_item(item)
-                elif item["key"].startswith(_SHARD_PREFIX):
-                    shards[offset_key_of(item["key"])] = StoredShard(
+                elif key.startswith(_BUCKET_PREFIX):
+                    versions[key] = int(item.get("version", 0))
+                    for offset_key, entry in json.loads(item["positions"]).items():
+                        shards[offset_key] = _entry_shard(entry)
+                elif key.startswith(_SHARD_PREFIX):
+                    legacy_keys.append(key)
+                    legacy[offset_key_of(key)] = StoredShard(
                         position=Position.parse(item["position"]),
                         epoch=int(item.get("epoch", 0)),
                         owner=item.get("owner"),
                         committed_at=item.get("committedAt"),
                     )
         if meta is not None and meta.format_version > FORMAT_VERSION:
-            raise CheckpointError(
-                f"The {self._where()} was written in format {meta.format_version}, newer than "
-                f"this kinesis-ddb understands ({FORMAT_VERSION}): upgrade kinesis-ddb"
-            )
-        return Snapshot(meta, shards)
+            raise self._newer_format(meta.format_version)
+        for offset_key, old in legacy.items():
+            # A migration cut short leaves both: the further one is the commit.
+            if offset_key not in shards or advances(old.position, shards[offset_key].position):
+                shards[offset_key] = old
+        self._known = dict(shards)
+        self._versions = versions
+        return Snapshot(meta, shards, frozenset(legacy_keys))
+
+    def _newer_format(self, version: int) -> CheckpointError:
+        return CheckpointError(
+            f"The {self._where()} was written in format {version}, newer than this "
+            f"kinesis-ddb understands ({FORMAT_VERSION}): upgrade kinesis-ddb"
+        )
 
     # -- claiming and fencing ------------------------------------------------------------
 
     @_names_the_table
     def claim(self, owner: str, host: str) -> Meta:
-        """Take the application over: bump the epoch and record the owner."""
-        resp = self._client.update_item(
-            TableName=self.table,
-            Key=self._key(META_KEY),
-            UpdateExpression=(
-                "SET epoch = if_not_exists(epoch, :zero) + :one, #o = :o, ownerHost = :h, "
-                "claimedAt = :t, formatVersion = if_not_exists(formatVersion, :v)"
-            ),
-            ExpressionAttributeNames={"#o": "owner"},
-            ExpressionAttributeValues={
-                ":zero": {"N": "0"},
-                ":one": {"N": "1"},
-                ":o": {"S": owner},
-                ":h": {"S": host},
-                ":t": {"S": _now()},
-                ":v": {"N": str(FORMAT_VERSION)},
-            },
-            ReturnValues="ALL_NEW",
-        )
+        """Take the application over: bump the epoch, record the owner, and mark the format
+        this release writes (refused if a newer release already wrote a newer one)."""
+        try:
+            resp = self._client.update_item(
+                TableName=self.table,
+                Key=self._key(META_KEY),
+                UpdateExpression=(
+                    "SET epoch = if_not_exists(epoch, :zero) + :one, #o = :o, ownerHost = :h, "
+                    "claimedAt = :t, formatVersion = :v"
+                ),
+                ConditionExpression="attribute_not_exists(formatVersion) OR formatVersion <= :v",
+                ExpressionAttributeNames={"#o": "owner"},
+                ExpressionAttributeValues={
+                    ":zero": {"N": "0"},
+                    ":one": {"N": "1"},
+                    ":o": {"S": owner},
+                    ":h": {"S": host},
+                    ":t": {"S": _now()},
+                    ":v": {"N": str(FORMAT_VERSION)},
+                },
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+            meta = self.snapshot_meta()
+            raise self._newer_format(meta.format_version if meta else FORMAT_VERSION + 1) from None
         meta = Meta.from_item(_from_ddb(resp["Attributes"]))
         log.info("claimed %s as epoch %d (owner %s)", self._where(), meta.epoch, owner)
         return meta
+
+    def snapshot_meta(self) -> Meta | None:
+        """The meta item alone (consistent read), or None."""
+        resp = self._client.get_item(
+            TableName=self.table, Key=self._key(META_KEY), ConsistentRead=True
+        )
+        return Meta.from_item(_from_ddb(resp["Item"])) if "Item" in resp else None
 
     @_names_the_table
     def check_epoch(self, epoch: int) -> None:
@@ -319,7 +375,7 @@ class CheckpointStore:
             raise self._fenced(epoch)
 
     def _fenced(self, epoch: int) -> CheckpointFencedError:
-        meta = self.snapshot().meta or Meta()
+        meta = self.snapshot_meta() or Meta()
         return CheckpointFencedError(
             f"The {self._where()} was claimed by another query (owner {meta.owner} on "
             f"{meta.owner_host}, epoch {meta.epoch}, at {meta.claimed_at}) after this one "
@@ -369,37 +425,113 @@ class CheckpointStore:
     def commit(self, epoch: int, owner: str, positions: Mapping[str, Position]) -> int:
         """Write positions in fenced transactions; returns the number of calls made.
 
-        Each item is conditional on not moving its shard backwards; each transaction is
-        conditional on the meta item still holding ``epoch``.
+        A position behind the stored one is refused (nothing is written); one equal to it is
+        left alone. Each transaction is conditional on the meta item still holding ``epoch``
+        and on every bucket it rewrites still being at the version last seen here.
         """
-        now = _now()
-        ops = []
-        for key, pos in sorted(positions.items()):
-            order = order_key(pos)
-            if order is None:
+        known = self._known_now()
+        for key, pos in positions.items():
+            if order_key(pos) is None:
                 raise ValueError(f"position {pos} of {key} is not a commit position")
-            ops.append(
-                {
-                    "Put": {
-                        "TableName": self.table,
-                        "Item": {
-                            **self._key(item_key(key)),
-                            "position": {"S": pos.to_str()},
-                            "order": {"S": order},
-                            "epoch": {"N": str(epoch)},
-                            "owner": {"S": owner},
-                            "committedAt": {"S": now},
-                        },
-                        "ConditionExpression": "attribute_not_exists(#k) OR #ord <= :ord",
-                        "ExpressionAttributeNames": {"#k": "key", "#ord": "order"},
-                        "ExpressionAttributeValues": {":ord": {"S": order}},
-                    }
-                }
+        behind = sorted(
+            k for k, p in positions.items()
+            if k in known and advances(known[k].position, p)
+        )
+        if behind:
+            raise CheckpointError(
+                f"Refused to move shard(s) {', '.join(behind)} of the {self._where()} "
+                "backwards: their stored positions are ahead of this commit (was the "
+                "application reset while this query ran?)"
             )
-        return self._fenced_writes(epoch, ops, [k for k, _ in sorted(positions.items())])
+        now = _now()
+        changed = {
+            k: StoredShard(p, epoch, owner, now)
+            for k, p in positions.items()
+            if k not in known or known[k].position != p
+        }
+        if not changed:
+            return 0
+        return self._write_buckets(epoch, changed, now)
 
-    def _fenced_writes(self, epoch: int, ops: list[dict], names: list[str]) -> int:
-        """Run ``ops`` in transactions of at most 100 items, each with the epoch check."""
+    @_names_the_table
+    def migrate(self, epoch: int) -> int:
+        """Rewrite format-1 items (one per shard) into buckets and delete them, fenced;
+        returns the number of calls made (0 when there were none)."""
+        snap = self.snapshot()
+        if not snap.legacy:
+            return 0
+        calls = self._write_buckets(epoch, dict(snap.shards), _now(), sorted(snap.legacy))
+        log.info(
+            "moved %d shard position(s) of the %s to format %d in %d call(s)",
+            len(snap.legacy), self._where(), FORMAT_VERSION, calls,
+        )
+        return calls
+
+    def _known_now(self) -> dict[str, StoredShard]:
+        if self._known is None:
+            self.snapshot()
+        assert self._known is not None
+        return self._known
+
+    def _write_buckets(
+        self, epoch: int, changed: Mapping[str, StoredShard], now: str, deletes: Sequence[str] = ()
+    ) -> int:
+        """Rewrite every bucket holding a shard of ``changed`` (then delete the ``deletes``
+        sort keys), in as few fenced transactions as DynamoDB's limits allow."""
+        merged = {**self._known_now(), **changed}
+        grouped: dict[str, dict[str, StoredShard]] = {}
+        for key, shard in merged.items():
+            grouped.setdefault(bucket_key(key), {})[key] = shard
+        writes = []
+        for bucket in sorted({bucket_key(k) for k in changed}):
+            body = json.dumps(
+                {k: _entry(s) for k, s in grouped[bucket].items()},
+                sort_keys=True, separators=(",", ":"),
+            )
+            if len(body) > _MAX_ITEM_BYTES:
+                raise CheckpointError(
+                    f"The positions of the {self._where()} no longer fit DynamoDB items "
+                    f"({len(merged)} shards): read fewer streams per application"
+                )
+            version = self._versions.get(bucket)
+            put: dict[str, Any] = {
+                "TableName": self.table,
+                "Item": {
+                    **self._key(bucket),
+                    "positions": {"S": body},
+                    "version": {"N": str((version or 0) + 1)},
+                    "epoch": {"N": str(epoch)},
+                    "committedAt": {"S": now},
+                },
+            }
+            if version is None:
+                put["ConditionExpression"] = "attribute_not_exists(#k)"
+                put["ExpressionAttributeNames"] = {"#k": "key"}
+            else:
+                put["ConditionExpression"] = "#v = :v"
+                put["ExpressionAttributeNames"] = {"#v": "version"}
+                put["ExpressionAttributeValues"] = {":v": {"N": str(version)}}
+            writes.append((bucket, {"Put": put}, len(body)))
+        for key in deletes:
+            writes.append((key, {"Delete": {"TableName": self.table, "Key": self._key(key)}}, 0))
+
+        def written(names: list[str]) -> None:
+            for name in names:
+                if name in grouped:
+                    self._versions[name] = self._versions.get(name, 0) + 1
+                    assert self._known is not None
+                    self._known.update(grouped[name])
+
+        return self._fenced_writes(epoch, writes, written)
+
+    def _fenced_writes(
+        self,
+        epoch: int,
+        writes: list[tuple[str, dict, int]],
+        written: Callable[[list[str]], None] = lambda names: None,
+    ) -> int:
+        """Run ``(name, operation, bytes)`` writes in transactions within DynamoDB's limits,
+        each with the epoch check; ``written`` hears the names of each transaction done."""
         check = {
             "ConditionCheck": {
                 "TableName": self.table,
@@ -408,16 +540,19 @@ class CheckpointStore:
                 "ExpressionAttributeValues": {":e": {"N": str(epoch)}},
             }
         }
-        per_call = MAX_TRANSACT_ITEMS - 1
         calls = 0
-        for i in range(0, len(ops), per_call):
+        for chunk in _transactions(writes):
+            names = [name for name, _, _ in chunk]
             try:
-                self._client.transact_write_items(TransactItems=[check, *ops[i : i + per_call]])
+                self._client.transact_write_items(
+                    TransactItems=[check, *(op for _, op, _ in chunk)]
+                )
             except ClientError as exc:
                 if _code(exc) != "TransactionCanceledException":
                     raise
-                self._explain_cancel(exc, epoch, names[i : i + per_call])
+                self._explain_cancel(exc, epoch, names)
             calls += 1
+            written(names)
         return calls
 
     def _explain_cancel(self, exc: ClientError, epoch: int, names: list[str]) -> None:
@@ -426,10 +561,11 @@ class CheckpointStore:
             raise self._fenced(epoch) from None
         failed = [names[i - 1] for i, code in enumerate(reasons) if i and code == "ConditionalCheckFailed"]
         if failed:
+            self._known = None  # re-read before any further write
             raise CheckpointError(
-                f"Refused to move shard(s) {', '.join(failed)} of the {self._where()} "
-                "backwards: their stored positions are ahead of this commit (was the "
-                "application reset while this query ran?)"
+                f"DynamoDB item(s) {', '.join(failed)} of the {self._where()} were written by "
+                "someone else after this query read them, under the same epoch (a second "
+                "writer not going through a claim?): nothing was written; restart the query"
             ) from None
         raise exc
 
@@ -444,13 +580,46 @@ class CheckpointStore:
         self._update_meta(
             meta.epoch, "SET initialSpec = :s REMOVE resolved, streams", {":s": {"S": spec}}
         )
-        keys = sorted(self.snapshot().shards)
-        ops = [{"Delete": {"TableName": self.table, "Key": self._key(item_key(k))}} for k in keys]
-        self._fenced_writes(meta.epoch, ops, keys)
+        snap = self.snapshot()
+        keys = sorted(self._versions) + sorted(snap.legacy)
+        deletes = [(k, {"Delete": {"TableName": self.table, "Key": self._key(k)}}, 0) for k in keys]
+        self._fenced_writes(meta.epoch, deletes)
+        self._known, self._versions = {}, {}
         return meta
 
     def _key(self, sort_key: str) -> dict[str, dict[str, str]]:
         return {"app": {"S": self.app}, "key": {"S": sort_key}}
+
+
+def _entry(shard: StoredShard) -> dict[str, Any]:
+    return {
+        "committedAt": shard.committed_at,
+        "epoch": shard.epoch,
+        "owner": shard.owner,
+        "position": shard.position.to_str(),
+    }
+
+
+def _entry_shard(entry: Mapping[str, Any]) -> StoredShard:
+    return StoredShard(
+        position=Position.parse(entry["position"]),
+        epoch=int(entry.get("epoch", 0)),
+        owner=entry.get("owner"),
+        committed_at=entry.get("committedAt"),
+    )
+
+
+def _transactions(writes: list[tuple[str, dict, int]]) -> list[list[tuple[str, dict, int]]]:
+    """Consecutive runs of writes within one transaction's limits (one item is the check)."""
+    chunks: list[list[tuple[str, dict, int]]] = []
+    size = 0
+    for write in writes:
+        if not chunks or len(chunks[-1]) == MAX_TRANSACT_ITEMS - 1 or size + write[2] > _MAX_TRANSACT_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(write)
+        size += write[2]
+    return chunks
 
 
 def _code(exc: ClientError) -> str | None:

@@ -21,7 +21,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Mapping, TypeVar
 
 from .aws import AwsSettings
 from .checkpoints import CheckpointError, CheckpointStore, Snapshot, advances
@@ -30,6 +31,8 @@ from .planner import Planner
 from .positions import AFTER, Offset, Position, split_shard_key
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,8 @@ class Checkpointer:
         self._stored: dict[str, Position] = {}
         self._initial: Offset | None = None
         self._first_start_seen = False
+        self._fence_checked = False
+        self._writer: ThreadPoolExecutor | None = None
         self.commit_calls = 0
 
     def _ensure_claimed(self) -> int:
@@ -99,6 +104,8 @@ class Checkpointer:
             self._store.ensure_table(self._opts.create_table)
             meta = self._store.claim(self.owner, socket.gethostname())
             snapshot = self._store.snapshot()
+            if snapshot.legacy:  # written by a release before checkpoint format 2
+                self._store.migrate(meta.epoch)
             self._check_same_streams(snapshot)
             self._claimed = snapshot
             self._stored = snapshot.positions()
@@ -171,9 +178,15 @@ class Checkpointer:
 
     # -- commits -------------------------------------------------------------------------
 
-    def before_planning(self, start: Offset) -> None:
-        """``latestOffset(start)``: every batch up to ``start`` is in the sink; commit it."""
-        self._ensure_claimed()
+    def before_planning(self, start: Offset, probe: Callable[[], T]) -> T:
+        """``latestOffset(start)``: every batch up to ``start`` is in the sink, so commit it,
+        while ``probe()`` finds the next end; returns what ``probe`` returned.
+
+        The write and the probe are independent (one goes to DynamoDB, the other to Kinesis),
+        so the write runs in a worker thread: a batch pays the longer of the two, not both. A
+        failed write fails the call even if the probe succeeded.
+        """
+        epoch = self._ensure_claimed()
         if not self._first_start_seen:
             self._first_start_seen = True
             ahead = [
@@ -187,11 +200,29 @@ class Checkpointer:
                     self._opts.application_name, self._opts.checkpoint_table, len(ahead), ahead[0],
                 )
             self._ensure_streams_recorded()
-        self.commit(start)
+        moved = self._moved(start)
+        self._fence_checked = False
+        if not moved:
+            return probe()
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="kinesis-ddb-commit")
+        write = self._writer.submit(self._store.commit, epoch, self.owner, moved)
+        try:
+            result = probe()
+        finally:
+            # Even when the probe failed: the write must not outlive this call, and its own
+            # failure (e.g. fenced) is the one to report.
+            self._committed(epoch, moved, write.result())
+        self._fence_checked = True  # the write's transaction checked the epoch just now
+        return result
 
     def before_batch(self) -> None:
         """A new batch is about to be planned: make sure no newer query owns the application,
-        so a fenced query stops before reading more (one consistent read per batch)."""
+        so a fenced query stops before reading more. The commit in ``before_planning`` already
+        checked it when it wrote; else one consistent read."""
+        if self._fence_checked:
+            self._fence_checked = False
+            return
         self._store.check_epoch(self._ensure_claimed())
 
     def _ensure_streams_recorded(self) -> None:
@@ -203,10 +234,21 @@ class Checkpointer:
     def commit(self, end: Offset) -> None:
         """Write the shards of ``end`` that moved forward, then call the callbacks."""
         epoch = self._ensure_claimed()
-        moved = {k: p for k, p in end.shards.items() if advances(p, self._stored.get(k))}
-        if not moved:
-            return
-        self.commit_calls += self._store.commit(epoch, self.owner, moved)
+        moved = self._moved(end)
+        if moved:
+            self._committed(epoch, moved, self._store.commit(epoch, self.owner, moved))
+
+    def close(self) -> None:
+        """Stop the commit worker thread, if any."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
+
+    def _moved(self, end: Offset) -> dict[str, Position]:
+        return {k: p for k, p in end.shards.items() if advances(p, self._stored.get(k))}
+
+    def _committed(self, epoch: int, moved: dict[str, Position], calls: int) -> None:
+        self.commit_calls += calls
         self._stored.update(moved)
         self._notify(epoch)
 

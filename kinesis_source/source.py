@@ -134,17 +134,20 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         """Exact end of the next batch, or ``start`` when nothing new arrived.
 
         Every batch up to ``start`` is in the sink when Spark calls this, so ``start`` is
-        committed to DynamoDB first. pyspark < 4.2 calls this without ``start``: the probe then
+        committed to DynamoDB while the probe runs. pyspark < 4.2 calls this without ``start``: the probe then
         starts from the end this reader returned last (or the initial positions); Spark still
         plans each batch from its own offset log, so ranges stay exact.
         """
         planner = self.planner
+        max_records = self._max_records(limit)
         if start is not None:
             begin = Offset.from_dict(start)
-            self.checkpointer.before_planning(begin)
+            end = self.checkpointer.before_planning(
+                begin, lambda: planner.latest_offset(begin, max_records)
+            )
         else:
             begin = planner.last_end() or self.checkpointer.initial_offset()
-        end = planner.latest_offset(begin, self._max_records(limit))
+            end = planner.latest_offset(begin, max_records)
         if end != begin:
             self.checkpointer.before_batch()
         return end.to_dict()
@@ -210,8 +213,10 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         self.checkpointer.commit(Offset.from_dict(end))
 
     def stop(self) -> None:
-        """Release the driver's client and event loop."""
+        """Release the driver's client, event loop and commit thread."""
         if self._planner is not None:
             self._planner.close()
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         if self._consumers is not None and self._opts.deregister_consumer:
             self._consumers.release()

@@ -96,7 +96,7 @@ def app_rows(ddb, app, table=TABLE):
 
 
 def shard_rows(ddb, app, table=TABLE):
-    return [i for i in app_rows(ddb, app, table) if i["key"]["S"].startswith("shard#")]
+    return [i for i in app_rows(ddb, app, table) if i["key"]["S"].startswith(("shard#", "shards#"))]
 
 
 def load_error(spark, options) -> str:

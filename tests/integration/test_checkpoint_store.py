@@ -7,10 +7,14 @@ import uuid
 import pytest
 
 from kinesis_source.checkpoints import (
+    FORMAT_VERSION,
     CheckpointError,
     CheckpointFencedError,
     CheckpointStore,
     CheckpointTableError,
+    bucket_key,
+    item_key,
+    order_key,
 )
 from kinesis_source.positions import Offset, Position
 
@@ -67,11 +71,107 @@ def test_an_older_epoch_is_fenced_naming_the_new_owner(store):
     assert store.snapshot().positions() == {"s/a": Position.after("1")}
 
 
-def test_many_shards_commit_in_chunks_of_100_items(store):
+def transactions(store):
+    """The item count of every TransactWriteItems the store's client sends from now on."""
+    sizes = []
+
+    def seen(params, **_):
+        sizes.append(len(params["TransactItems"]))
+
+    store.client.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", seen)
+    return sizes
+
+
+def test_a_thousand_positions_commit_in_one_call_and_one_shard_rewrites_one_item(store):
     epoch = store.claim("o", "h").epoch
-    positions = {f"s/shardId-{i:012d}": Position.after(str(1000 + i)) for i in range(250)}
-    assert store.commit(epoch, "o", positions) == 3  # 99 puts + the epoch check per call
-    assert store.snapshot().positions() == positions
+    sent = transactions(store)
+    positions = {f"s/shardId-{i:012d}": Position.after(str(1000 + i)) for i in range(1000)}
+    assert store.commit(epoch, "o", positions) == 1  # the epoch check + one item per bucket
+    assert sent == [1 + len({bucket_key(k) for k in positions})]
+    one = "s/shardId-000000000007"
+    assert store.commit(epoch, "o", {one: Position.after("5000")}) == 1
+    assert sent[-1] == 2  # the check + the one bucket holding that shard
+    assert store.commit(epoch, "o", {one: Position.after("5000")}) == 0  # unchanged: no call
+    assert store.snapshot().positions() == {**positions, one: Position.after("5000")}
+    # a new store (a restarted query) reads it all back
+    assert CheckpointStore(store.client, store.table, store.app).snapshot().positions() == {
+        **positions, one: Position.after("5000")
+    }
+
+
+def put_format_1(store, epoch, rows):
+    """Items as kinesis-ddb 0.1 (checkpoint format 1) wrote them: one per shard."""
+    store.client.put_item(TableName=store.table, Item={
+        "app": {"S": store.app}, "key": {"S": "meta"}, "epoch": {"N": str(epoch)},
+        "owner": {"S": "old"}, "formatVersion": {"N": "1"},
+    })
+    for key, pos in rows.items():
+        store.client.put_item(TableName=store.table, Item={
+            "app": {"S": store.app}, "key": {"S": item_key(key)}, "position": {"S": pos.to_str()},
+            "order": {"S": order_key(pos)}, "epoch": {"N": str(epoch)}, "owner": {"S": "old"},
+            "committedAt": {"S": "2026-01-01T00:00:00.000+00:00"},
+        })
+
+
+def test_format_1_items_are_read_then_migrated_into_buckets(store):
+    rows = {f"s/shardId-{i}": Position.after(str(10 + i)) for i in range(30)}
+    rows["s/shardId-99"] = Position.shard_end()
+    put_format_1(store, 4, rows)
+    snap = store.snapshot()
+    assert snap.positions() == rows and snap.meta.format_version == 1
+    assert snap.legacy == {item_key(k) for k in rows}
+    assert snap.shards["s/shardId-3"].owner == "old"
+    epoch = store.claim("new", "h").epoch
+    assert epoch == 5 and store.snapshot().meta.format_version == FORMAT_VERSION
+    assert store.migrate(epoch) == 1
+    after = store.snapshot()
+    assert after.positions() == rows and after.legacy == frozenset()
+    assert after.shards["s/shardId-3"].owner == "old"  # a shard's history is kept
+    keys = {i["key"]["S"] for i in store.client.query(
+        TableName=store.table, KeyConditionExpression="app = :a",
+        ExpressionAttributeValues={":a": {"S": store.app}})["Items"]}
+    assert not any(k.startswith("shard#") for k in keys)
+    assert store.migrate(epoch) == 0
+    store.commit(epoch, "new", {"s/shardId-3": Position.after("100")})
+    assert store.snapshot().positions()["s/shardId-3"] == Position.after("100")
+
+
+def test_a_migration_cut_short_keeps_the_further_position(store):
+    epoch = store.claim("o", "h").epoch
+    store.commit(epoch, "o", {"s/a": Position.after("50"), "s/b": Position.after("50")})
+    put_format_1(store, epoch, {"s/a": Position.after("70"), "s/b": Position.after("20")})
+    positions = CheckpointStore(store.client, store.table, store.app).snapshot().positions()
+    assert positions == {"s/a": Position.after("70"), "s/b": Position.after("50")}
+
+
+def test_a_newer_format_is_refused_and_left_as_it_is(store):
+    store.claim("o", "h")
+    store.client.update_item(
+        TableName=store.table, Key={"app": {"S": store.app}, "key": {"S": "meta"}},
+        UpdateExpression="SET formatVersion = :v",
+        ExpressionAttributeValues={":v": {"N": str(FORMAT_VERSION + 1)}},
+    )
+    for call in (lambda: store.claim("o2", "h"), store.snapshot):
+        with pytest.raises(CheckpointError) as err:
+            call()
+        assert "upgrade kinesis-ddb" in str(err.value) and store.app in str(err.value)
+    meta = store.snapshot_meta()
+    assert meta.format_version == FORMAT_VERSION + 1 and meta.owner == "o"
+
+
+def test_a_second_writer_under_the_same_epoch_is_refused_not_lost(store):
+    epoch = store.claim("o", "h").epoch
+    first = "s/a"
+    second = next(f"s/x{i}" for i in range(1000) if bucket_key(f"s/x{i}") == bucket_key(first))
+    other = CheckpointStore(store.client, store.table, store.app)
+    other.snapshot()
+    store.commit(epoch, "o", {first: Position.after("1")})
+    with pytest.raises(CheckpointError) as err:
+        other.commit(epoch, "o", {second: Position.after("2")})  # would drop `first`
+    assert bucket_key(first) in str(err.value) and "nothing was written" in str(err.value)
+    assert store.snapshot().positions() == {first: Position.after("1")}
+    other.commit(epoch, "o", {second: Position.after("2")})  # re-reads, then keeps both
+    assert store.snapshot().positions() == {first: Position.after("1"), second: Position.after("2")}
 
 
 def test_initial_position_is_stored_once_resolved(store):
