@@ -230,17 +230,22 @@ def test_commit_callbacks_both_ways_once_per_commit(
             wait_for(lambda: sink.count() >= total, timeout=90, what=f"{total} rows")
             wait_committed(ddb, app, stream, producer.sent)
         # No more data: the source's commit counter (in progress events) settles at the number
-        # of DynamoDB commits, which must equal the number of callback invocations.
-        calls = wait_for(
-            lambda: (
-                query.lastProgress
-                and source_report(query.lastProgress).get("ddbCommitCalls")
-                == len(fn_log.read_text().splitlines())
-                and len(fn_log.read_text().splitlines())
-            ),
-            timeout=30,
-            what="the commit counter to match the callback count",
-        )
+        # of DynamoDB commits, which must equal the number of callback invocations. The last
+        # callback must have seen what DynamoDB holds: it runs just after the write, so until
+        # then the counter of an earlier progress event can match the lines written so far.
+        final = {k: p.seq for k, p in stored(ddb, app).items()}
+
+        def settled():
+            lines = fn_log.read_text().splitlines()
+            return (
+                lines
+                and json.loads(lines[-1])["positions"] == final
+                and query.lastProgress
+                and source_report(query.lastProgress).get("ddbCommitCalls") == len(lines)
+                and len(lines)
+            )
+
+        calls = wait_for(settled, timeout=30, what="the commit counter to match the callback count")
     finally:
         stop_quietly(query)
         register(spark)
@@ -251,7 +256,6 @@ def test_commit_callbacks_both_ways_once_per_commit(
     ]
     assert by_fn == by_option, "the two callbacks saw different commits"
     assert len(by_fn) == calls >= 3, "one callback per DynamoDB commit"
-    final = {k: p.seq for k, p in stored(ddb, app).items()}
     assert by_fn[-1]["positions"] == final
     for before, after in zip(by_fn, by_fn[1:]):
         for key, seq in before["positions"].items():
