@@ -1,10 +1,11 @@
 """Run every benchmark, write ``benchmarks/results/<date>.json`` and the generated part of
 ``docs/benchmarks.md``.
 
-    .venv/bin/python -m benchmarks [--quick] [--only read_path,kpl,commit,planning,memory,e2e,overhead]
+    .venv/bin/python -m benchmarks [--quick] [--only read_path,kpl,commit,planning,memory,e2e,e2e_canned,overhead]
 
 ``--quick`` runs smoke sizes (a minute or few, to check the suite works); without it the sizes are
-those published. One moto server and one Spark session serve the whole run.
+those published. One moto server and one Spark session serve the whole run (``e2e_canned`` starts
+its own canned Kinesis server and keeps only DynamoDB on moto).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from benchmarks import commit, e2e, kpl, memory, overhead, planning, read_path, 
 from benchmarks.common import local_env, machine
 
 ROOT = Path(__file__).resolve().parent.parent
-SUITES = ("read_path", "kpl", "commit", "planning", "memory", "e2e", "overhead")
+SUITES = ("read_path", "kpl", "commit", "planning", "memory", "e2e", "e2e_canned", "overhead")
 
 
 def _run(name: str, fn: Callable[[], Any], results: dict[str, Any]) -> None:
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
         _run("kpl", lambda: kpl.run_suite(q), results)
     if "memory" in only:
         _run("memory", lambda: memory.run_suite(q), results)
-    if only & {"commit", "planning", "e2e", "overhead"}:
+    if only & {"commit", "planning", "e2e", "e2e_canned", "overhead"}:
         from kinesis_source.local import LocalEndpoint
 
         with LocalEndpoint() as ep:
@@ -69,13 +70,15 @@ def main(argv: list[str] | None = None) -> None:
                 _run("commit", lambda: commit.run_suite(ep.url, q), results)
             if "planning" in only:
                 _run("planning", lambda: planning.run_suite(ep.url, q), results)
-            if only & {"e2e", "overhead"}:
+            if only & {"e2e", "e2e_canned", "overhead"}:
                 from benchmarks import spark_env
 
                 spark = spark_env.session()
                 try:
                     if "e2e" in only:
                         _run("e2e", lambda: e2e.run_suite(spark, ep.url, q), results)
+                    if "e2e_canned" in only:
+                        _run("e2e_canned", lambda: e2e.run_canned_suite(spark, ep.url, q), results)
                     if "overhead" in only:
                         _run("overhead", lambda: overhead.run_suite(spark, ep.url, q), results)
                 finally:

@@ -59,3 +59,22 @@ def test_update_doc_replaces_only_the_generated_part(tmp_path) -> None:
     text = doc.read_text()
     assert "old table" not in text and "intro" in text and "## Notes\nkept" in text
     assert text.count(report.BEGIN) == 1 and text.count(report.END) == 1
+
+
+def test_canned_e2e_gets_its_own_table_and_targets() -> None:
+    results = _results(commit_calls=10, raw_ratio=0.95)
+    rows = [dict(r, ratio_vs_raw=1.1, ratio_vs_naive=1.5,
+                 kinesis_ddb_phase_seconds={"addBatch": 2.0, "latestOffset": 0.5},
+                 kinesis_ddb_batches=1.0,
+                 kinesis_calls_last_turn={"raw_boto3": {"GetRecords": 16}})
+            for r in results["e2e"]]
+    results["e2e_canned"] = {"latency_ms": 20.0, "records": 1000, "rows": rows}
+    judged = {t["target"]: t for t in report.targets(results)}
+    assert judged["end to end, canned Kinesis 20 ms per request vs raw boto3 loop, 8 shards"]["pass"]
+    naive = judged["end to end, canned Kinesis 20 ms per request vs naive driver-side reader, 8 shards"]
+    assert naive["value"] == 1.5 and not naive["pass"]
+    assert judged["end to end vs raw boto3 loop, 8 shards"]["pass"]  # the moto rows stay
+    text = report.render(results)
+    assert "End to end, moto server" in text
+    assert "End to end, canned Kinesis server, 20 ms per request" in text
+    assert "raw_boto3 16 GetRecords" in text
