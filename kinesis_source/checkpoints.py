@@ -489,9 +489,12 @@ class CheckpointStore:
                 sort_keys=True, separators=(",", ":"),
             )
             if len(body) > _MAX_ITEM_BYTES:
+                # Entries of shards long expired after resharding are never pruned (yet).
                 raise CheckpointError(
                     f"The positions of the {self._where()} no longer fit DynamoDB items "
-                    f"({len(merged)} shards): read fewer streams per application"
+                    f"({len(merged)} shards, counting every shard ever committed): read fewer "
+                    "streams per application, or drop expired shards with `kinesis-ddb "
+                    "checkpoints export`, editing the file, and `checkpoints reset --to-file`"
                 )
             version = self._versions.get(bucket)
             put: dict[str, Any] = {

@@ -59,3 +59,27 @@ def test_kcl_lease_items_become_positions():
         "orders/shardId-000000000002": "LATEST",
         "other/shardId-000000000007": "TRIM_HORIZON",
     }
+
+
+def test_bucket_keys_are_stable_and_spread():
+    import zlib
+
+    from kinesis_source.checkpoints import BUCKETS, bucket_key
+
+    key = "my.stream/shardId-000000000001"
+    # CRC32, not Python's salted hash: every process and release puts a shard in the same item
+    assert bucket_key(key) == f"shards#{zlib.crc32(key.encode()) % BUCKETS:02d}"
+    used = {bucket_key(f"s/shardId-{i:012d}") for i in range(1000)}
+    assert len(used) == BUCKETS
+
+
+def test_transactions_respect_dynamodb_item_and_size_limits():
+    from kinesis_source.checkpoints import _MAX_TRANSACT_BYTES, _transactions
+
+    small = [(f"k{i}", {}, 10) for i in range(250)]
+    assert [len(c) for c in _transactions(small)] == [99, 99, 52]  # + the epoch check each
+    big = [(f"b{i}", {}, 300_000) for i in range(30)]
+    chunks = _transactions(big)
+    assert all(sum(w[2] for w in c) <= _MAX_TRANSACT_BYTES for c in chunks)
+    assert [w for c in chunks for w in c] == big  # in order, none lost
+    assert len(chunks) == 3
