@@ -18,10 +18,10 @@ import logging
 import os
 import socket
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import MappingProxyType
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, TypeVar
 
 from .aws import AwsSettings

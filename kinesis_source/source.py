@@ -134,9 +134,9 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         """Exact end of the next batch, or ``start`` when nothing new arrived.
 
         Every batch up to ``start`` is in the sink when Spark calls this, so ``start`` is
-        committed to DynamoDB while the probe runs. pyspark < 4.2 calls this without ``start``: the probe then
-        starts from the end this reader returned last (or the initial positions); Spark still
-        plans each batch from its own offset log, so ranges stay exact.
+        committed to DynamoDB while the probe runs. pyspark < 4.2 calls this without ``start``:
+        the probe then starts from the end this reader returned last (or the initial positions);
+        Spark still plans each batch from its own offset log, so ranges stay exact.
         """
         planner = self.planner
         max_records = self._max_records(limit)
