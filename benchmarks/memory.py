@@ -2,7 +2,7 @@
 
 A child process runs what ``read()`` runs (``RangeReader`` + ``records.user_records`` +
 ``records.to_record_batch``, over the source's own shared boto3 client) through real HTTP against
-a canned Kinesis server in this process, dropping each Arrow batch as Spark would after sending
+the canned Kinesis server of ``canned.py``, dropping each Arrow batch as Spark would after sending
 it, and samples its own RSS (``/proc/self/statm``) after every page. Growth is the peak less the
 RSS after the first page (clients made, first buffers allocated): it must stay flat, as records
 stream page by page and a range is never buffered whole.
@@ -16,87 +16,17 @@ its keys, so 1M records in one shard would take hours to put.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from benchmarks.canned import CannedKinesisServer, StreamSpec, seq_of, shard_id
 from benchmarks.common import describe, summary
 
-BASE_SEQ = 49590338271490256608559692538361571095921575989136588898
 RECORD_BYTES = 100
-STREAM, SHARD = "memory", "shardId-000000000000"
-
-
-class CannedKinesis:
-    """A one-shard Kinesis on 127.0.0.1 holding ``records`` records of ``RECORD_BYTES`` bytes;
-    iterators are record indexes. ``with CannedKinesis(n) as k: k.url``."""
-
-    def __init__(self, records: int) -> None:
-        self.records = records
-        data = base64.b64encode(os.urandom(RECORD_BYTES)).decode()
-        # One record's JSON with a hole for its sequence number: pages are built by joining.
-        self._template = (
-            '{"Data":"' + data + '","PartitionKey":"pk","SequenceNumber":"%d",'
-            '"ApproximateArrivalTimestamp":1790000000.125}'
-        )
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> "CannedKinesis":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def answer(self, op: str, req: dict[str, Any]) -> bytes:
-        """The JSON body for one request."""
-        if op == "GetShardIterator":
-            return json.dumps({"ShardIterator": "0"}).encode()
-        if op == "GetRecords":
-            first = int(req["ShardIterator"])
-            last = min(self.records, first + int(req.get("Limit", 10000)))
-            records = ",".join(self._template % (BASE_SEQ + i) for i in range(first, last))
-            behind = 0 if last == self.records else 1000
-            return (
-                '{"Records":[' + records + f'],"NextShardIterator":"{last}",'
-                f'"MillisBehindLatest":{behind}}}'
-            ).encode()
-        raise ValueError(op)
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                op = (self.headers.get("X-Amz-Target") or "").rpartition(".")[2]
-                data = server.answer(op, json.loads(body or b"{}"))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-amz-json-1.1")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        return Handler
+STREAM, SHARD = "memory", shard_id(0)
 
 
 def _rss_bytes() -> int:
@@ -114,7 +44,7 @@ def child(url: str, records: int) -> dict[str, Any]:
     from kinesis_source.positions import Position, ShardRange
     from kinesis_source.records import to_record_batch, user_records
 
-    rng = ShardRange(STREAM, SHARD, Position.trim_horizon(), str(BASE_SEQ + records - 1))
+    rng = ShardRange(STREAM, SHARD, Position.trim_horizon(), str(seq_of(0, records - 1)))
     start_rss = _rss_bytes()
     client = shared_client(settings(url), "kinesis")
     samples, rows = [], 0
@@ -138,7 +68,7 @@ def child(url: str, records: int) -> dict[str, Any]:
 def measure(records: int, repeats: int) -> dict[str, Any]:
     """``repeats`` child processes each reading the range."""
     runs = []
-    with CannedKinesis(records) as server:
+    with CannedKinesisServer([StreamSpec(STREAM, 1, records, RECORD_BYTES)]) as server:
         for _ in range(repeats):
             out = subprocess.run(
                 [sys.executable, "-m", "benchmarks.memory", "--child", server.url, str(records)],
