@@ -357,6 +357,7 @@ class CheckpointStore:
         log.info("claimed %s as epoch %d (owner %s)", self._where(), meta.epoch, owner)
         return meta
 
+    @_names_the_table
     def snapshot_meta(self) -> Meta | None:
         """The meta item alone (consistent read), or None."""
         resp = self._client.get_item(
@@ -367,15 +368,12 @@ class CheckpointStore:
     @_names_the_table
     def check_epoch(self, epoch: int) -> None:
         """Raise :class:`CheckpointFencedError` if another query claimed after ``epoch``."""
-        resp = self._client.get_item(
-            TableName=self.table, Key=self._key(META_KEY), ConsistentRead=True
-        )
-        stored = int(resp.get("Item", {}).get("epoch", {}).get("N", "0"))
-        if stored != epoch:
-            raise self._fenced(epoch)
-
-    def _fenced(self, epoch: int) -> CheckpointFencedError:
         meta = self.snapshot_meta() or Meta()
+        if meta.epoch != epoch:
+            raise self._fenced(epoch, meta)
+
+    def _fenced(self, epoch: int, meta: Meta | None = None) -> CheckpointFencedError:
+        meta = meta or self.snapshot_meta() or Meta()
         return CheckpointFencedError(
             f"The {self._where()} was claimed by another query (owner {meta.owner} on "
             f"{meta.owner_host}, epoch {meta.epoch}, at {meta.claimed_at}) after this one "
