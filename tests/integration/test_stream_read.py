@@ -85,7 +85,9 @@ def test_replayed_batch_reads_exactly_the_same_rows(
     # Batch 1 is planned (offsets/1) but not committed (no commits/1): a restart replays it.
     assert 1 in offsets_logged(ck) and 1 not in commits_logged(ck)
     failed_rows = first.batches(1)[0]
-    assert len(failed_rows) == 100
+    # Shards are probed one by one, so the put can land between two probes and batch 1 may
+    # hold only part of it; the rest must then come after the replay, never inside it.
+    assert 0 < len(failed_rows) <= 100
 
     producer.put(150)  # a re-planned batch 1 would now include these
     second = Collector()
