@@ -27,7 +27,7 @@ import logging
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -420,12 +420,22 @@ class CheckpointStore:
     # -- committing ----------------------------------------------------------------------
 
     @_names_the_table
-    def commit(self, epoch: int, owner: str, positions: Mapping[str, Position]) -> int:
+    def commit(
+        self,
+        epoch: int,
+        owner: str,
+        positions: Mapping[str, Position],
+        forget: Iterable[str] = (),
+    ) -> int:
         """Write positions in fenced transactions; returns the number of calls made.
 
         A position behind the stored one is refused (nothing is written); one equal to it is
         left alone. Each transaction is conditional on the meta item still holding ``epoch``
         and on every bucket it rewrites still being at the version last seen here.
+
+        ``forget`` names shards to drop from the table, in the same transactions: only shards
+        stored at ``SHARD_END`` are dropped (the caller knows their children are committed),
+        so resharding does not grow the table without bound.
         """
         known = self._known_now()
         for key, pos in positions.items():
@@ -447,9 +457,13 @@ class CheckpointStore:
             for k, p in positions.items()
             if k not in known or known[k].position != p
         }
-        if not changed:
+        dropped = {
+            k for k in forget
+            if k not in positions and k in known and known[k].position.is_shard_end
+        }
+        if not changed and not dropped:
             return 0
-        return self._write_buckets(epoch, changed, now)
+        return self._write_buckets(epoch, changed, now, dropped=dropped)
 
     @_names_the_table
     def migrate(self, epoch: int) -> int:
@@ -472,27 +486,37 @@ class CheckpointStore:
         return self._known
 
     def _write_buckets(
-        self, epoch: int, changed: Mapping[str, StoredShard], now: str, deletes: Sequence[str] = ()
+        self,
+        epoch: int,
+        changed: Mapping[str, StoredShard],
+        now: str,
+        deletes: Sequence[str] = (),
+        dropped: Collection[str] = frozenset(),
     ) -> int:
-        """Rewrite every bucket holding a shard of ``changed`` (then delete the ``deletes``
-        sort keys), in as few fenced transactions as DynamoDB's limits allow."""
+        """Rewrite every bucket holding a shard of ``changed`` or ``dropped`` (without the
+        ``dropped`` ones; then delete the ``deletes`` sort keys), in as few fenced transactions
+        as DynamoDB's limits allow."""
         merged = {**self._known_now(), **changed}
-        grouped: dict[str, dict[str, StoredShard]] = {}
+        touched = {bucket_key(k) for k in changed} | {bucket_key(k) for k in dropped}
+        grouped: dict[str, dict[str, StoredShard]] = {bucket: {} for bucket in touched}
         for key, shard in merged.items():
-            grouped.setdefault(bucket_key(key), {})[key] = shard
+            if key not in dropped and bucket_key(key) in touched:
+                grouped[bucket_key(key)][key] = shard
         writes = []
-        for bucket in sorted({bucket_key(k) for k in changed}):
+        for bucket in sorted(touched):
             body = json.dumps(
                 {k: _entry(s) for k, s in grouped[bucket].items()},
                 sort_keys=True, separators=(",", ":"),
             )
             if len(body) > _MAX_ITEM_BYTES:
-                # Entries of shards long expired after resharding are never pruned (yet).
+                # Finished shards are dropped once their children are committed, so only a
+                # huge number of live shards (or of shards in the stored initial positions) or
+                # many streams per application get here.
                 raise CheckpointError(
                     f"The positions of the {self._where()} no longer fit DynamoDB items "
-                    f"({len(merged)} shards, counting every shard ever committed): read fewer "
-                    "streams per application, or drop expired shards with `kinesis-ddb "
-                    "checkpoints export`, editing the file, and `checkpoints reset --to-file`"
+                    f"({len(merged)} shards): read fewer streams per application, or drop "
+                    "shards no longer needed with `kinesis-ddb checkpoints export`, editing the "
+                    "file, and `checkpoints reset --to-file`"
                 )
             version = self._versions.get(bucket)
             put: dict[str, Any] = {
@@ -517,10 +541,13 @@ class CheckpointStore:
             writes.append((key, {"Delete": {"TableName": self.table, "Key": self._key(key)}}, 0))
 
         def written(names: list[str]) -> None:
+            assert self._known is not None
             for name in names:
                 if name in grouped:
                     self._versions[name] = self._versions.get(name, 0) + 1
-                    assert self._known is not None
+                    for key in dropped:
+                        if bucket_key(key) == name:
+                            self._known.pop(key, None)
                     self._known.update(grouped[name])
 
         return self._fenced_writes(epoch, writes, written)

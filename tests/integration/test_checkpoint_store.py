@@ -99,6 +99,35 @@ def test_a_thousand_positions_commit_in_one_call_and_one_shard_rewrites_one_item
     }
 
 
+def test_forgotten_finished_shards_leave_the_table_in_the_commit_that_names_them(store):
+    epoch = store.claim("o", "h").epoch
+    parent, child, live = "s/shardId-000000000001", "s/shardId-000000000004", "s/shardId-000000000002"
+    store.commit(epoch, "o", {
+        parent: Position.shard_end(), child: Position.after("10"), live: Position.after("20"),
+    })
+    sent = transactions(store)
+    # ``live`` is not at SHARD_END: it is kept even if named
+    assert store.commit(epoch, "o", {child: Position.after("11")}, forget=[parent, live]) == 1
+    assert sent == [1 + len({bucket_key(k) for k in (parent, child)})]
+    want = {child: Position.after("11"), live: Position.after("20")}
+    assert store.snapshot().positions() == want
+    assert CheckpointStore(store.client, store.table, store.app).snapshot().positions() == want
+    # forgetting alone is a write of its own; forgetting what is gone is none
+    store.commit(epoch, "o", {"s/shardId-000000000009": Position.shard_end()})
+    assert store.commit(epoch, "o", {}, forget=["s/shardId-000000000009"]) == 1
+    assert store.commit(epoch, "o", {}, forget=["s/shardId-000000000009", parent]) == 0
+    assert store.snapshot().positions() == want
+
+
+def test_forgetting_is_fenced_like_any_commit(store):
+    epoch = store.claim("o", "h").epoch
+    store.commit(epoch, "o", {"s/p": Position.shard_end()})
+    store.claim("other", "h2")
+    with pytest.raises(CheckpointFencedError):
+        store.commit(epoch, "o", {}, forget=["s/p"])
+    assert store.snapshot().positions() == {"s/p": Position.shard_end()}
+
+
 def put_format_1(store, epoch, rows):
     """Items as kinesis-ddb 0.1 (checkpoint format 1) wrote them: one per shard."""
     store.client.put_item(TableName=store.table, Item={
