@@ -8,7 +8,10 @@ executors). Positions are written
 - eagerly in ``latestOffset(start)``: Spark asks for a new end only once every earlier batch is
   committed to the sink, while ``commit`` lags one batch and never comes for a run's last batch.
 
-Only positions that move a shard forward are written; each write is fenced by the epoch.
+Only positions that move a shard forward are written; each write is fenced by the epoch. A
+shard at ``SHARD_END`` that the offset has retired is dropped from the table in the same write
+once a child of it is committed, unless the stored initial positions would bring it back on a
+resume: the table holds the live shards, not every shard the stream ever had.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from .aws import AwsSettings
 from .checkpoints import CheckpointError, CheckpointStore, Snapshot, advances
+from .lineage import droppable
 from .options import OptionError, SourceOptions, parse_initial_position
 from .planner import Planner
 from .positions import AFTER, Offset, Position, split_shard_key
@@ -40,7 +44,8 @@ class CommitInfo:
     """What a commit callback receives after a successful DynamoDB commit.
 
     ``positions`` maps ``(stream, shardId)`` to the sequence number committed (reading resumes
-    after it); ``ended`` holds the shards committed at their end.
+    after it); ``ended`` holds the shards committed at their end and still in the table (a
+    finished shard leaves it once its children are committed).
     """
 
     application: str
@@ -93,6 +98,7 @@ class Checkpointer:
         self._epoch: int | None = None
         self._claimed: Snapshot | None = None
         self._stored: dict[str, Position] = {}
+        self._resolved: Offset | None = None  # the stored initial positions, once known
         self._initial: Offset | None = None
         self._first_start_seen = False
         self._fence_checked = False
@@ -109,6 +115,7 @@ class Checkpointer:
             self._check_same_streams(snapshot)
             self._claimed = snapshot
             self._stored = snapshot.positions()
+            self._resolved = snapshot.meta.resolved if snapshot.meta else None
             self._epoch = meta.epoch
         return self._epoch
 
@@ -173,6 +180,7 @@ class Checkpointer:
         if snapshot.shards:  # committed rows but no stored initial (e.g. imported): rows win
             resolved = Offset({**resolved.shards, **snapshot.positions()})
         self._store.save_initial(epoch, spec_text, resolved, self._planner.stream_identities())
+        self._resolved = resolved
         log.info("application %s starts at %s (stored in table %s)", app, spec_text, table)
         return resolved
 
@@ -201,18 +209,19 @@ class Checkpointer:
                 )
             self._ensure_streams_recorded()
         moved = self._moved(start)
+        retired = self._retired(start, moved)
         self._fence_checked = False
-        if not moved:
+        if not moved and not retired:
             return probe()
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="kinesis-ddb-commit")
-        write = self._writer.submit(self._store.commit, epoch, self.owner, moved)
+        write = self._writer.submit(self._store.commit, epoch, self.owner, moved, retired)
         try:
             result = probe()
         finally:
             # Even when the probe failed: the write must not outlive this call, and its own
             # failure (e.g. fenced) is the one to report.
-            self._committed(epoch, moved, write.result())
+            self._committed(epoch, moved, retired, write.result())
         self._fence_checked = True  # the write's transaction checked the epoch just now
         return result
 
@@ -235,8 +244,10 @@ class Checkpointer:
         """Write the shards of ``end`` that moved forward, then call the callbacks."""
         epoch = self._ensure_claimed()
         moved = self._moved(end)
-        if moved:
-            self._committed(epoch, moved, self._store.commit(epoch, self.owner, moved))
+        retired = self._retired(end, moved)
+        if moved or retired:
+            calls = self._store.commit(epoch, self.owner, moved, retired)
+            self._committed(epoch, moved, retired, calls)
 
     def close(self) -> None:
         """Stop the commit worker thread, if any."""
@@ -247,9 +258,37 @@ class Checkpointer:
     def _moved(self, end: Offset) -> dict[str, Position]:
         return {k: p for k, p in end.shards.items() if advances(p, self._stored.get(k))}
 
-    def _committed(self, epoch: int, moved: dict[str, Position], calls: int) -> None:
+    def _retired(self, end: Offset, moved: Mapping[str, Position]) -> list[str]:
+        """Stored shards at ``SHARD_END`` that ``end`` no longer holds and that a resume from
+        the table would still find finished, once ``moved`` is written.
+
+        A resume starts from the stored initial positions overlaid with the table: a shard
+        found there at another position would be read again, so it stays. So does one no
+        child of which is committed yet (see :func:`droppable`). Without stored initial positions a
+        resume resolves them anew, over every listed shard, so nothing is dropped.
+        """
+        if self._resolved is None:
+            return []
+        streams = {split_shard_key(k)[0] for k in end.shards}
+        candidates = []
+        for key, pos in self._stored.items():
+            if not pos.is_shard_end or key in end.shards or split_shard_key(key)[0] not in streams:
+                continue
+            initial = self._resolved.shards.get(key)
+            if initial is None or initial.is_shard_end:
+                candidates.append(key)
+        if not candidates:
+            return []
+        committed = {**self._stored, **moved}
+        return droppable(self._planner.listed(), committed, candidates)
+
+    def _committed(
+        self, epoch: int, moved: dict[str, Position], retired: list[str], calls: int
+    ) -> None:
         self.commit_calls += calls
         self._stored.update(moved)
+        for key in retired:
+            self._stored.pop(key, None)
         self._notify(epoch)
 
     def _notify(self, epoch: int) -> None:

@@ -13,7 +13,7 @@ finished (one of its descendants is in the offset) or new (none is): only new sh
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from .kinesis import ShardInfo
 from .positions import Position, shard_key, split_shard_key
@@ -118,3 +118,29 @@ def gone_shards(
         for key, pos in positions.items()
         if not pos.is_shard_end and key not in listed and split_shard_key(key)[0] in listing
     )
+
+
+def droppable(
+    listing: Mapping[str, list[ShardInfo]],
+    committed: Mapping[str, Position],
+    candidates: Iterable[str],
+) -> list[str]:
+    """The ``candidates`` (finished shards) a resume from ``committed`` alone still finds
+    finished: shards no longer listed, and shards with a committed child (then
+    :func:`probe_starts` sees a tracked descendant, and the other children start where they
+    would after the parent). A shard none of whose children is committed yet (an empty child is
+    never committed) must stay, or it would be read again."""
+    graphs: dict[str, tuple[set[str], dict[str, list[str]]]] = {}
+    out = []
+    for key in candidates:
+        stream, shard_id = split_shard_key(key)
+        shards = listing.get(stream)
+        if not shards:  # not listed yet, or the stream is missing: nothing is known
+            continue
+        if stream not in graphs:
+            graphs[stream] = ({s.shard_id for s in shards}, _children(shards))
+        listed, children = graphs[stream]
+        kids = children.get(shard_id, [])
+        if shard_id not in listed or any(shard_key(stream, c) in committed for c in kids):
+            out.append(key)
+    return sorted(out)

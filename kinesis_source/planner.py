@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, TypeVar
+from typing import Any, Awaitable, Mapping, TypeVar
 
 from .aws import AwsSettings
 from .kinesis import AsyncKinesis, DataLossError, KinesisSourceError, ShardInfo
@@ -173,6 +173,10 @@ class Planner:
         """Offset keys of every listed shard (lists now if not yet listed)."""
         listing = self._run(self._listing())
         return {shard_key(st, s.shard_id) for st, shards in listing.items() for s in shards}
+
+    def listed(self) -> Mapping[str, list[ShardInfo]]:
+        """The shard listing as last fetched (no call; empty before the first listing)."""
+        return self._shards
 
     def stream_identities(self) -> dict[str, str]:
         """Each stream's creation time: a stream re-created under its name gets a new one.

@@ -1,6 +1,6 @@
 """Split, merge and UpdateShardCount while a query runs (kinesis-local: moto's resharding keeps writing to closed
 parents). Every record once, and per partition key in the order put, across parents and
-children."""
+children; finished shards leave the DynamoDB table and a resume from it reads none again."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from collections import defaultdict
 
 import pytest
 
-from tests.support.spark_query import running
+from tests.support.committed import stored
+from tests.support.producer import Producer
+from tests.support.spark_query import running, source_report
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.backends("kinesis-local")]
@@ -122,3 +124,74 @@ def test_split_merge_and_rescale_keep_every_record_once_and_keys_in_order(
         key, n = r.data.decode().split(":")
         assert int(n) == last.get(key, -1) + 1, f"{key}: {n} after {last.get(key)}"
         last[key] = int(n)
+
+
+def split_in_two(kinesis, stream, shard_id):
+    """Split a shard at the middle of its hash range; returns its children's ``(id, start
+    hash key)`` once the stream is ACTIVE again."""
+    shards = {s["ShardId"]: s for s in kinesis.list_shards(StreamName=stream)["Shards"]}
+    lo = int(shards[shard_id]["HashKeyRange"]["StartingHashKey"])
+    hi = int(shards[shard_id]["HashKeyRange"]["EndingHashKey"])
+    kinesis.split_shard(StreamName=stream, ShardToSplit=shard_id, NewStartingHashKey=str((lo + hi) // 2))
+    wait_for(
+        lambda: kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"][
+            "StreamStatus"
+        ] == "ACTIVE",
+        timeout=30,
+        what=f"{stream} ACTIVE after splitting {shard_id}",
+    )
+    return [
+        (s["ShardId"], s["HashKeyRange"]["StartingHashKey"])
+        for s in kinesis.list_shards(StreamName=stream)["Shards"]
+        if s.get("ParentShardId") == shard_id
+    ]
+
+
+def test_a_finished_child_leaves_the_table_and_a_resume_from_dynamodb_reads_nothing_twice(
+    spark, kinesis, ddb, make_stream, source_options, tmp_path
+):
+    stream = make_stream(1)
+    (root,) = [s["ShardId"] for s in kinesis.list_shards(StreamName=stream)["Shards"]]
+    options = {**source_options, "streamName": stream, "shardDiscoveryIntervalMs": "300"}
+    app = options["applicationName"]
+    producer = Producer(kinesis, stream)
+    producer.put(30)
+    with running(spark, options, tmp_path / "ck1") as (query, sink):
+        wait_for(lambda: sink.count() >= 30, timeout=90, what="the root shard's records")
+        (a, a_key), (b, b_key) = split_in_two(kinesis, stream, root)
+        producer.put(20, hash_key=a_key)
+        producer.put(20, hash_key=b_key)
+        wait_for(lambda: sink.count() >= 70, timeout=90, what="the children's records")
+        # ``a`` was created after the application started: once it is finished and a child of
+        # it is committed, it has no reason to stay in the table
+        (ga, ga_key), (gb, gb_key) = split_in_two(kinesis, stream, a)
+        producer.put(20, hash_key=ga_key)
+        producer.put(20, hash_key=gb_key)
+        wait_for(lambda: sink.count() >= len(producer.sent), timeout=90, what="every record")
+        keys = {f"{stream}/{s}" for s in (root, b, ga, gb)}
+        wait_for(
+            lambda: set(stored(ddb, app)) == keys,
+            timeout=60,
+            what=f"DynamoDB to hold exactly {sorted(keys)} (without {a})",
+        )
+        assert query.isActive
+    first = sink.rows()
+    table = stored(ddb, app)
+    assert table[f"{stream}/{root}"].is_shard_end  # in the stored initial positions: it stays
+    assert f"{stream}/{a}" not in table
+
+    # A new Spark checkpoint: the query resumes from DynamoDB alone, and must find ``a``
+    # finished through its committed children instead of reading it again.
+    new = producer.put(15, hash_key=b_key) + producer.put(15, hash_key=ga_key)
+    with running(spark, options, tmp_path / "ck2") as (query, sink):
+        def probes():
+            progress = query.lastProgress
+            return source_report(progress)["probes"] if progress else 0
+
+        wait_for(lambda: sink.count() >= len(new), timeout=90, what="the new records")
+        # anything read again would come in these probes' batches at the latest
+        seen = probes()
+        wait_for(lambda: probes() >= seen + 3, timeout=60, what="3 more probes")
+        again = sink.rows()
+    assert sorted((r.shard_id, r.seq) for r in again) == sorted((p.shard_id, p.seq) for p in new)
+    assert len(first) == len(producer.sent) - len(new)

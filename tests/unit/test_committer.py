@@ -1,6 +1,7 @@
 """The checkpointer's eager commit in ``latestOffset``: written while the probe runs, its
-failure reported, and the epoch check it makes not repeated. The DynamoDB store is replaced by
-an in-memory one (the store itself is tested against moto in tests/integration)."""
+failure reported, and the epoch check it makes not repeated; and which finished shards it drops
+from the table. The DynamoDB store is replaced by an in-memory one (the store itself is tested
+against moto in tests/integration)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from kinesis_source.checkpoints import CheckpointFencedError
 from kinesis_source.committer import Checkpointer
+from kinesis_source.kinesis import ShardInfo
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import Offset, Position
 
@@ -21,18 +23,20 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.commits: list[dict] = []
+        self.forgotten: list[list[str]] = []
         self.epoch_checks = 0
         self.started = threading.Event()
         self.release = threading.Event()
         self.release.set()
         self.fail: Exception | None = None
 
-    def commit(self, epoch, owner, positions):
+    def commit(self, epoch, owner, positions, forget=()):
         self.started.set()
         assert self.release.wait(DEADLINE_S), "the probe never let the commit finish"
         if self.fail is not None:
             raise self.fail
         self.commits.append(dict(positions))
+        self.forgotten.append(list(forget))
         return 1
 
     def check_epoch(self, epoch):
@@ -105,3 +109,65 @@ def test_the_epoch_is_read_only_when_no_commit_checked_it_in_this_call(checkpoin
     assert store.epoch_checks == 1
     checkpointer.before_batch()  # a check is good for one batch only
     assert store.epoch_checks == 2
+
+
+class Listing:
+    """The planner, as far as the checkpointer asks it: the last shard listing."""
+
+    def __init__(self, shards):
+        self.shards = {"s": shards}
+
+    def listed(self):
+        return self.shards
+
+
+# shardId-0 existed at the first start; it split into 1 and 2, and 1 split into 3 and 4
+RESHARDED = [
+    ShardInfo("shardId-0", ending_seq="100"),
+    ShardInfo("shardId-1", parent="shardId-0", ending_seq="200"),
+    ShardInfo("shardId-2", parent="shardId-0"),
+    ShardInfo("shardId-3", parent="shardId-1"),
+    ShardInfo("shardId-4", parent="shardId-1"),
+]
+END = Position.shard_end()
+
+
+def resharded(checkpointer, resolved):
+    checkpointer._planner = Listing(RESHARDED)
+    checkpointer._resolved = resolved
+    checkpointer._stored = {"s/shardId-0": END, "s/shardId-1": END, "s/shardId-2": Position.after("5")}
+    return checkpointer
+
+
+def test_a_retired_shard_created_after_the_start_is_forgotten_once_a_child_is_committed(
+    checkpointer,
+):
+    c = resharded(checkpointer, Offset({"s/shardId-0": Position.trim_horizon()}))
+    # shardId-1 left the offset, but its children are empty (not committed): it stays
+    c.commit(Offset({"s/shardId-2": Position.after("6"), "s/shardId-3": Position.trim_horizon(),
+                     "s/shardId-4": Position.trim_horizon()}))
+    assert c._store.forgotten[-1] == []
+    # shardId-3 has its first record: shardId-1 goes in that same write
+    c.before_planning(
+        Offset({"s/shardId-2": Position.after("6"), "s/shardId-3": Position.after("300"),
+                "s/shardId-4": Position.trim_horizon()}),
+        lambda: "end",
+    )
+    assert c._store.commits[-1] == {"s/shardId-3": Position.after("300")}
+    assert c._store.forgotten[-1] == ["s/shardId-1"]
+    # shardId-0 stays: a resume starts from the stored initial positions (TRIM_HORIZON for it)
+    assert set(c._stored) == {"s/shardId-0", "s/shardId-2", "s/shardId-3"}
+
+
+def test_nothing_is_forgotten_without_stored_initial_positions(checkpointer):
+    c = resharded(checkpointer, None)
+    c.commit(Offset({"s/shardId-2": Position.after("6"), "s/shardId-3": Position.after("300")}))
+    assert c._store.forgotten == [[]]
+    assert "s/shardId-1" in c._stored
+
+
+def test_a_shard_still_in_the_offset_is_not_forgotten(checkpointer):
+    c = resharded(checkpointer, Offset({}))  # no shard in the stored initial positions
+    c.commit(Offset({"s/shardId-1": END, "s/shardId-3": Position.after("300")}))
+    # shardId-0 (out of the offset, a child committed) goes; shardId-1, still in it, stays
+    assert c._store.forgotten == [["s/shardId-0"]]

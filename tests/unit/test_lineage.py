@@ -1,7 +1,9 @@
 """Parent-before-child reading and retiring finished shards from the offset."""
 
+import itertools
+
 from kinesis_source.kinesis import ShardInfo
-from kinesis_source.lineage import probe_starts, retire_finished
+from kinesis_source.lineage import droppable, probe_starts, retire_finished
 from kinesis_source.positions import Position
 
 TH, END = Position.trim_horizon(), Position.shard_end()
@@ -93,3 +95,58 @@ def test_gone_shards_are_tracked_unfinished_and_unlisted():
     assert gone_shards(listing, {"s/p": Position.after("5"), "s/c1": TH}) == ["s/p"]
     assert gone_shards(listing, {"s/p": END, "s/c1": TH}) == []
     assert gone_shards(listing, {"t/x": Position.after("1")}) == []  # another stream's shard
+
+
+# p split into c1 and c2, then c1 split into g1 and g2, and c2 merged with q into m
+CHAIN = [
+    ShardInfo("p", ending_seq="100"),
+    ShardInfo("q", ending_seq="90"),
+    ShardInfo("c1", parent="p", ending_seq="200"),
+    ShardInfo("c2", parent="p", ending_seq="210"),
+    ShardInfo("g1", parent="c1"),
+    ShardInfo("g2", parent="c1"),
+    ShardInfo("m", parent="c2", adjacent_parent="q"),
+]
+
+
+def committed_states(shards):
+    """Every way a table can hold these shards: each at SHARD_END, mid-way, or absent."""
+    ids = [s.shard_id for s in shards]
+    for choice in itertools.product((None, "mid", "end"), repeat=len(ids)):
+        state = {i: c for i, c in zip(ids, choice) if c}
+        yield {
+            f"s/{i}": (END if c == "end" else Position.after("7")) for i, c in state.items()
+        }
+
+
+def test_dropping_a_droppable_shard_never_changes_where_a_resume_reads():
+    checked = 0
+    for shards in (SPLIT, MERGE, CHAIN):
+        for committed in committed_states(shards):
+            ended = [k for k, v in committed.items() if v.is_shard_end]
+            dropped = droppable({"s": shards}, committed, ended)
+            checked += len(dropped)
+            resume = probe_starts({"s": shards}, committed)
+            for gone in [[key] for key in dropped] + [dropped]:  # one at a time, and all at once
+                without = {k: v for k, v in committed.items() if k not in gone}
+                assert probe_starts({"s": shards}, without) == resume, (
+                    f"dropping {gone} from {committed} changes the resume"
+                )
+    assert checked > 100  # the graphs do reach states with shards to drop
+
+
+def test_a_parent_stays_until_a_child_is_committed():
+    listing = {"s": SPLIT}
+    assert droppable(listing, {"s/p": END}, ["s/p"]) == []
+    assert droppable(listing, {"s/p": END, "s/c1": Position.after("3")}, ["s/p"]) == ["s/p"]
+    # the merge child is committed: both of its parents can go
+    merged = {"s/a": END, "s/b": END, "s/m": Position.after("1")}
+    assert droppable({"s": MERGE}, merged, ["s/a", "s/b"]) == ["s/a", "s/b"]
+
+
+def test_an_expired_shard_can_go_but_nothing_of_an_unlisted_stream():
+    assert droppable({"s": [ShardInfo("c1", parent="gone")]}, {"s/gone": END}, ["s/gone"]) == [
+        "s/gone"
+    ]
+    assert droppable({"s": []}, {"s/p": END}, ["s/p"]) == []
+    assert droppable({}, {"s/p": END}, ["s/p"]) == []
