@@ -22,7 +22,7 @@ DEFAULT_TABLE = "kinesis_ddb_checkpoints"
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run
 
-    return run(args.shards, args.records, args.rate, args.endpoint_url, args.keep)
+    return run(args.shards, args.records, args.rate, args.endpoint_url, args.keep, args.deadline)
 
 
 def _produce(args: argparse.Namespace) -> int:
@@ -232,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--rate", type=float, default=400.0, help="records per second")
     demo.add_argument("--endpoint-url", help="use this endpoint instead of the embedded one")
     demo.add_argument("--keep", action="store_true", help="leave the outputs for inspection")
+    demo.add_argument(
+        "--deadline", type=float, default=110.0,
+        help="seconds after which the demo gives up and fails (a slow machine may need more)",
+    )
     demo.set_defaults(func=_demo)
 
     produce = sub.add_parser("produce", help="put numbered records to a stream at a steady rate")

@@ -26,8 +26,6 @@ from .demo_driver import DriverProcess
 from .local import LOCAL_CREDENTIALS, LocalEndpoint
 from .produce import LoadProducer
 
-_DEADLINE_S = 110  # the demo ends by itself within two minutes
-
 
 @dataclass
 class DemoState:
@@ -73,20 +71,30 @@ def _wait(condition, deadline: float, what: str, on_tick=None) -> Any:
         if value:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the demo timed out waiting for {what}")
+            raise TimeoutError(
+                f"the demo timed out waiting for {what} (on a slow or busy machine, give it "
+                "more time with --deadline)"
+            )
         if on_tick:
             on_tick()
         time.sleep(0.25)
 
 
-def run(shards: int, records: int, rate: float, endpoint_url: str | None, keep: bool) -> int:
-    """Run the demo; returns the exit status."""
+def run(
+    shards: int,
+    records: int,
+    rate: float,
+    endpoint_url: str | None,
+    keep: bool,
+    deadline_s: float = 110.0,
+) -> int:
+    """Run the demo; returns the exit status. It fails by itself after ``deadline_s``."""
     import boto3
     from rich.console import Console
     from rich.live import Live
 
     console = Console()
-    deadline = time.monotonic() + _DEADLINE_S
+    deadline = time.monotonic() + deadline_s
     workdir = Path(tempfile.mkdtemp(prefix="kinesis-ddb-demo-"))
     embedded = None if endpoint_url else LocalEndpoint()
     drivers: list[DriverProcess] = []

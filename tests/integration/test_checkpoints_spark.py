@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -15,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from kinesis_source import register
-from kinesis_source.checkpoints import CheckpointStore, order_key
 from kinesis_source.demo_driver import DriverProcess
 from kinesis_source.positions import seq_key
 from tests.support.committed import TABLE, stored, wait_committed
 from tests.support.producer import Producer
+from tests.support.regression import RegressionWatch
 from tests.support.spark_query import (
     Collector,
     failure_of,
@@ -139,32 +138,6 @@ def test_same_spark_checkpoint_wins_over_dynamodb_behind_it(
         wait_committed(ddb, app, stream, producer.sent)
     rows = keys_of(first.rows()) + keys_of(second.rows())
     assert sorted(rows) == sorted((p.shard_id, p.seq) for p in producer.sent)
-
-
-class RegressionWatch:
-    """Polls the stored positions and remembers any shard that moved backwards."""
-
-    def __init__(self, ddb, app):
-        self._store = CheckpointStore(ddb, TABLE, app)
-        self.regressions: list[str] = []
-        self.observations = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        seen: dict[str, str] = {}
-        while not self._stop.wait(0.05):
-            for key, pos in self._store.snapshot().positions().items():
-                order = order_key(pos)
-                if key in seen and order < seen[key]:
-                    self.regressions.append(f"{key}: {seen[key]} -> {order}")
-                seen[key] = max(order, seen.get(key, order))
-            self.observations += 1
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(timeout=10)
 
 
 def test_second_query_with_the_same_application_fences_the_first(

@@ -13,11 +13,13 @@ pytestmark = pytest.mark.spark
 
 def test_demo_kills_mid_batch_resumes_from_dynamodb_and_checks_the_counts():
     proc = subprocess.run(
-        [sys.executable, "-m", "kinesis_source.cli", "demo", "--records", "3000", "--rate", "300"],
+        # a loaded CI machine gets more than the 110 s a user's demo allows itself
+        [sys.executable, "-m", "kinesis_source.cli", "demo", "--records", "3000", "--rate", "300",
+         "--deadline", "200"],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=300,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
@@ -29,5 +31,5 @@ def test_demo_kills_mid_batch_resumes_from_dynamodb_and_checks_the_counts():
     expected, observed, lost, twice, in_flight = map(int, summary.groups())
     assert expected == observed == 3000 and lost == 0
     assert 0 < in_flight and twice <= in_flight
-    # (it ends by itself: past its own deadline of 110 s it fails)
+    # (it ends by itself: past its deadline it fails)
     assert "driver SIGKILLed inside batch" in out and "OK: resumed from DynamoDB" in out

@@ -168,7 +168,7 @@ def test_second_subscription_is_refused_then_takes_over(efo_server, client, fill
     stream, by_shard = filled
     arn = _consumer(client, stream)
     shard = sorted(by_shard)[0]
-    efo_server.in_use_window_s = 2.0  # Kinesis: 5 s
+    efo_server.in_use_window_s = 5.0  # as Kinesis; long enough that the second call is inside it
 
     def subscribe():
         return client.subscribe_to_shard(
@@ -218,10 +218,10 @@ def test_resource_in_use_while_a_subscription_lingers(efo_server, client, backin
     arn = _consumer(client, stream)
     rng = _all_ranges(backing_client, stream, by_shard)[1]
     # Kinesis refuses a new subscription of a consumer and shard within 5 s of the last one.
-    efo_server.in_use_window_s = 2.0
+    efo_server.in_use_window_s = 5.0
     efo_server.inject_error("InternalFailureException", after_events=1, times=1)
-    reader = efo.SubscribeRangeReader(
-        client, arn, rng, max_attempts=40, retry_wait_s=0.05, max_wait_s=0.2
+    reader = efo.SubscribeRangeReader(  # attempts for 12 s at most, past the window
+        client, arn, rng, max_attempts=60, retry_wait_s=0.05, max_wait_s=0.2
     )
     assert _read(reader) == _reference(backing_client, rng)
     refused = efo_server.calls["SubscribeToShard"] - efo_server.subscriptions

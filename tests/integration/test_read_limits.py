@@ -92,14 +92,18 @@ class TimedProducer:
     def __init__(self, producer: Producer) -> None:
         self.producer = producer
         self.calls: list[tuple[float, list]] = []  # (monotonic time the put began, its records)
+        self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            began = time.monotonic()
-            self.calls.append((began, self.producer.put(20, burst=20)))
-            self._stop.wait(0.02)
+        try:
+            while not self._stop.is_set():
+                began = time.monotonic()
+                self.calls.append((began, self.producer.put(20, burst=20)))
+                self._stop.wait(0.02)
+        except BaseException as exc:  # surfaced by the test, not lost with the thread
+            self.error = exc
 
     def __enter__(self) -> "TimedProducer":
         self._thread.start()
@@ -141,6 +145,7 @@ def test_available_now_reads_what_existed_at_its_start_and_stops(
             still_writing = writer.alive
         finally:
             stop_quietly(query)
+    assert writer.error is None, f"the producer failed: {writer.error!r}"
     assert still_writing, "the producer stopped before the query did"
     rows = sink.rows()
     got = {(r.shard_id, r.seq) for r in rows}
