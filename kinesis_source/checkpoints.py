@@ -434,8 +434,8 @@ class CheckpointStore:
         and on every bucket it rewrites still being at the version last seen here.
 
         ``forget`` names shards to drop from the table, in the same transactions: only shards
-        stored at ``SHARD_END`` are dropped (the caller knows their children are committed),
-        so resharding does not grow the table without bound.
+        stored at ``SHARD_END`` are dropped (the caller knows a resume finds them finished
+        without them), so resharding does not grow the table without bound.
         """
         known = self._known_now()
         for key, pos in positions.items():

@@ -45,7 +45,7 @@ class CommitInfo:
 
     ``positions`` maps ``(stream, shardId)`` to the sequence number committed (reading resumes
     after it); ``ended`` holds the shards committed at their end and still in the table (a
-    finished shard leaves it once its children are committed).
+    finished shard leaves it once a child of it is committed).
     """
 
     application: str
@@ -264,8 +264,8 @@ class Checkpointer:
 
         A resume starts from the stored initial positions overlaid with the table: a shard
         found there at another position would be read again, so it stays. So does one no
-        child of which is committed yet (see :func:`droppable`). Without stored initial positions a
-        resume resolves them anew, over every listed shard, so nothing is dropped.
+        child of which is committed yet (see :func:`droppable`). Without stored initial
+        positions a resume resolves them anew, over every listed shard: nothing is dropped.
         """
         if self._resolved is None:
             return []
