@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from tests.support.committed import stored
+from tests.support.committed import stored, tips
 from tests.support.producer import Producer
 from tests.support.spark_query import running, source_report
 from tests.support.waiting import wait_for
@@ -180,10 +180,20 @@ def test_a_finished_child_leaves_the_table_and_a_resume_from_dynamodb_reads_noth
         producer.put(20, hash_key=gb_key)
         wait_for(lambda: sink.count() >= len(producer.sent), timeout=90, what="every record")
         keys = {f"{stream}/{s}" for s in (root, b, ga, gb)}
+        # the open shards' tips committed too, or the resume below would rightly re-read
+        # the last batch
+        open_tips = {
+            f"{stream}/{sh}": pos for sh, pos in tips(producer.sent).items() if sh in (b, ga, gb)
+        }
+
+        def table_settled():
+            table = stored(ddb, app)
+            return set(table) == keys and all(table[k] == v for k, v in open_tips.items())
+
         wait_for(
-            lambda: set(stored(ddb, app)) == keys,
+            table_settled,
             timeout=60,
-            what=f"DynamoDB to hold exactly {sorted(keys)} (without {a})",
+            what=f"DynamoDB to hold exactly {sorted(keys)} (without {a}) at the open shards' tips",
         )
         assert query.isActive
     first = sink.rows()

@@ -14,7 +14,7 @@ _SHARD_END_ORDER = order_key(Position.shard_end())
 class RegressionWatch:
     """Polls an application's stored positions (directly, not through any fault proxy) and
     remembers every shard whose position moved backwards or disappeared (other than a shard at
-    ``SHARD_END``, which leaves the table once its children are committed)."""
+    ``SHARD_END``, which leaves the table once a child of it is committed)."""
 
     def __init__(self, ddb, app: str, table: str = TABLE, interval: float = 0.05) -> None:
         self._store = CheckpointStore(ddb, table, app)
