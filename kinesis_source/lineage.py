@@ -13,7 +13,7 @@ finished (one of its descendants is in the offset) or new (none is): only new sh
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Collection, Iterable, Mapping
 
 from .kinesis import ShardInfo
 from .positions import Position, shard_key, split_shard_key
@@ -144,3 +144,17 @@ def droppable(
         if shard_id not in listed or any(shard_key(stream, c) in committed for c in kids):
             out.append(key)
     return sorted(out)
+
+
+def superseded(listing: Mapping[str, list[ShardInfo]], tracked: Collection[str]) -> set[str]:
+    """Listed shards not in ``tracked`` that have a descendant in it: finished, by the rule
+    :func:`probe_starts` applies (a child is read only after its parents)."""
+    out = set()
+    for stream, shards in listing.items():
+        children = _children(shards)
+        ids = {s.shard_id for s in shards if shard_key(stream, s.shard_id) in tracked}
+        for shard in shards:
+            key = shard_key(stream, shard.shard_id)
+            if key not in tracked and _has_tracked_descendant(shard.shard_id, children, ids):
+                out.add(key)
+    return out

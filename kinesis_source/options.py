@@ -267,8 +267,10 @@ class SourceOptions:
         "Where a query with no checkpoint starts: `TRIM_HORIZON`, `LATEST`, "
         '`AT_TIMESTAMP:<ISO-8601>` or JSON `{"<shardId>": "<sequenceNumber>"}` (reading starts '
         "after each named sequence number; values may also be `TRIM_HORIZON`, `LATEST`, "
-        "`AT_TIMESTAMP:<iso>`; shards not named start at `TRIM_HORIZON`). LATEST and "
-        "AT_TIMESTAMP are resolved once per query.",
+        "`AT_TIMESTAMP:<iso>`; shards not named start at `TRIM_HORIZON`, except those with a "
+        "descendant named at a sequence number or `SHARD_END`: they were read to their end, as "
+        "in what `checkpoints export` writes). LATEST and AT_TIMESTAMP are resolved once per "
+        "query.",
         _initial_position,
     )
     max_records_per_fetch: int = _option(

@@ -12,10 +12,12 @@ from typing import Any, Awaitable, Mapping, TypeVar
 from .aws import AwsSettings
 from .kinesis import AsyncKinesis, DataLossError, KinesisSourceError, ShardInfo
 from .limits import BudgetPlanner
-from .lineage import gone_shards, probe_starts, retire_finished
+from .lineage import gone_shards, probe_starts, retire_finished, superseded
 from .options import InitialPosition, OptionError, SourceOptions
 from .positions import (
     AFTER,
+    AT,
+    SHARD_END,
     Offset,
     Position,
     ShardRange,
@@ -156,6 +158,13 @@ class Planner:
                 wanted[(stream, shard.shard_id)] = _initial_for(spec, stream, shard.shard_id)
         if spec.kind == "SHARDS":
             _check_named_shards(spec, listing)
+            # A shard whose descendant is named at a point in its log (as `checkpoints export`
+            # writes, which leaves out finished parents) was read to its end: not again.
+            named = dict(spec.shards)
+            for key in superseded(listing, _named_progress(spec, listing)):
+                stream, shard_id = split_shard_key(key)
+                if key not in named and shard_id not in named:  # named: as the user says
+                    del wanted[(stream, shard_id)]
         latest = {key: Position.trim_horizon() for key, v in wanted.items() if v == "LATEST"}
         probed = await self._prober_ready().probe_all(latest) if latest else {}
         positions = {}
@@ -333,6 +342,18 @@ def _initial_for(spec: InitialPosition, stream: str, shard_id: str) -> str:
         return Position.at_timestamp(spec.timestamp).to_str()
     named = dict(spec.shards)
     return named.get(shard_key(stream, shard_id), named.get(shard_id, "TRIM_HORIZON"))
+
+
+def _named_progress(spec: InitialPosition, listing: Mapping[str, list[ShardInfo]]) -> set[str]:
+    """Offset keys of the listed shards ``spec`` names at a committed position (after or at a
+    record, or SHARD_END), not at a starting point such as TRIM_HORIZON."""
+    out = set()
+    for stream, shards in listing.items():
+        for shard in shards:
+            text = _initial_for(spec, stream, shard.shard_id)
+            if text != "LATEST" and Position.parse(text).kind in (AT, AFTER, SHARD_END):
+                out.add(shard_key(stream, shard.shard_id))
+    return out
 
 
 def _check_named_shards(spec: InitialPosition, listing: dict[str, list[ShardInfo]]) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -16,6 +14,7 @@ import pytest
 from kinesis_source import register
 from kinesis_source.demo_driver import DriverProcess
 from kinesis_source.positions import seq_key
+from tests.support.cli import cli
 from tests.support.committed import TABLE, stored, wait_committed
 from tests.support.producer import Producer
 from tests.support.regression import RegressionWatch
@@ -35,20 +34,6 @@ pytestmark = pytest.mark.spark
 
 def keys_of(rows):
     return [(r.shard_id, r.seq) for r in rows]
-
-
-def cli(*args, check=True):
-    """Run the kinesis-ddb command with no terminal on standard input."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "kinesis_source.cli", *args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if check:
-        assert proc.returncode == 0, proc.stderr
-    return proc
 
 
 def test_driver_killed_mid_batch_resumes_from_dynamodb_with_a_new_checkpoint(

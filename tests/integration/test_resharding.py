@@ -4,11 +4,13 @@ children; finished shards leave the DynamoDB table and a resume from it reads no
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import defaultdict
 
 import pytest
 
+from tests.support.cli import cli
 from tests.support.committed import stored, tips
 from tests.support.producer import Producer
 from tests.support.spark_query import running, source_report
@@ -216,3 +218,26 @@ def test_a_finished_child_leaves_the_table_and_a_resume_from_dynamodb_reads_noth
         again = sink.rows()
     assert sorted((r.shard_id, r.seq) for r in again) == sorted((p.shard_id, p.seq) for p in new)
     assert len(first) == len(producer.sent) - len(new)
+
+    # The round trip through a file: `export` no longer lists ``a``, and `reset --to-file`
+    # must not start it again at TRIM_HORIZON (its children are named past their start).
+    wait_for(
+        lambda: all(stored(ddb, app).get(f"{stream}/{sh}") == pos
+                    for sh, pos in tips(producer.sent).items() if sh in (b, ga)),
+        timeout=60,
+        what="DynamoDB to hold the new records' tips",
+    )
+    where = ["--app", app, "--endpoint-url", options["dynamodbEndpointUrl"], "--region", "us-east-1"]
+    exported = tmp_path / "positions.json"
+    cli("checkpoints", "export", *where, "-o", str(exported))
+    assert f"{stream}/{a}" not in json.loads(exported.read_text())
+    cli("checkpoints", "reset", *where, "--to-file", str(exported), "--yes")
+    last = producer.put(10, hash_key=gb_key)
+    with running(spark, options, tmp_path / "ck3") as (query, sink):
+        wait_for(lambda: sink.count() >= len(last), timeout=90, what="the last records")
+        seen = probes()
+        wait_for(lambda: probes() >= seen + 3, timeout=60, what="3 more probes")
+        after_reset = sink.rows()
+    assert sorted((r.shard_id, r.seq) for r in after_reset) == sorted(
+        (p.shard_id, p.seq) for p in last
+    )

@@ -3,7 +3,7 @@
 import itertools
 
 from kinesis_source.kinesis import ShardInfo
-from kinesis_source.lineage import droppable, probe_starts, retire_finished
+from kinesis_source.lineage import droppable, probe_starts, retire_finished, superseded
 from kinesis_source.positions import Position
 
 TH, END = Position.trim_horizon(), Position.shard_end()
@@ -150,3 +150,17 @@ def test_an_expired_shard_can_go_but_nothing_of_an_unlisted_stream():
     ]
     assert droppable({"s": []}, {"s/p": END}, ["s/p"]) == []
     assert droppable({}, {"s/p": END}, ["s/p"]) == []
+
+
+def test_a_shard_with_a_tracked_descendant_is_superseded_and_the_rest_is_not():
+    assert superseded({"s": SPLIT}, {"s/c1"}) == {"s/p"}
+    assert superseded({"s": MERGE}, {"s/m"}) == {"s/a", "s/b"}
+    assert superseded({"s": CHAIN}, {"s/g1"}) == {"s/p", "s/c1"}
+    assert superseded({"s": CHAIN}, {"s/m"}) == {"s/p", "s/q", "s/c2"}
+    assert superseded({"s": CHAIN}, {"s/p", "s/g1"}) == {"s/c1"}  # tracked itself: not
+    assert superseded({"s": CHAIN}, set()) == set()
+    # and probe_starts agrees: leaving the superseded shards out changes nothing
+    for tracked in ({"s/g1"}, {"s/m"}, {"s/g1", "s/m"}):
+        start = {k: Position.after("7") for k in tracked}
+        with_ends = {**start, **{k: END for k in superseded({"s": CHAIN}, tracked)}}
+        assert probe_starts({"s": CHAIN}, start) == probe_starts({"s": CHAIN}, with_ends)
