@@ -161,7 +161,7 @@ class Planner:
             # A shard whose descendant is named at a point in its log (as `checkpoints export`
             # writes, which leaves out finished parents) was read to its end: not again.
             named = dict(spec.shards)
-            for key in superseded(listing, _named_progress(spec, listing)):
+            for key in superseded(listing, _at_progress(wanted)):
                 stream, shard_id = split_shard_key(key)
                 if key not in named and shard_id not in named:  # named: as the user says
                     del wanted[(stream, shard_id)]
@@ -344,16 +344,14 @@ def _initial_for(spec: InitialPosition, stream: str, shard_id: str) -> str:
     return named.get(shard_key(stream, shard_id), named.get(shard_id, "TRIM_HORIZON"))
 
 
-def _named_progress(spec: InitialPosition, listing: Mapping[str, list[ShardInfo]]) -> set[str]:
-    """Offset keys of the listed shards ``spec`` names at a committed position (after or at a
-    record, or SHARD_END), not at a starting point such as TRIM_HORIZON."""
-    out = set()
-    for stream, shards in listing.items():
-        for shard in shards:
-            text = _initial_for(spec, stream, shard.shard_id)
-            if text != "LATEST" and Position.parse(text).kind in (AT, AFTER, SHARD_END):
-                out.add(shard_key(stream, shard.shard_id))
-    return out
+def _at_progress(wanted: Mapping[tuple[str, str], str]) -> set[str]:
+    """Offset keys of the shards whose wanted start is a point in their log (after or at a
+    record, or SHARD_END), not a starting point such as TRIM_HORIZON."""
+    return {
+        shard_key(stream, shard_id)
+        for (stream, shard_id), text in wanted.items()
+        if text != "LATEST" and Position.parse(text).kind in (AT, AFTER, SHARD_END)
+    }
 
 
 def _check_named_shards(spec: InitialPosition, listing: dict[str, list[ShardInfo]]) -> None:
