@@ -13,7 +13,7 @@ import pytest
 from tests.support.cli import cli
 from tests.support.committed import stored, tips
 from tests.support.producer import Producer
-from tests.support.spark_query import running, source_report
+from tests.support.spark_query import probes_of, running
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.backends("kinesis-local")]
@@ -160,6 +160,16 @@ def split_in_two(kinesis, stream, shard_id):
     ]
 
 
+def rows_of_a_new_run(spark, options, checkpoint, count):
+    """Run a query on a new Spark checkpoint until it delivered ``count`` rows and probed 3
+    more times (anything read again would be in those batches at the latest); its rows."""
+    with running(spark, options, checkpoint) as (query, sink):
+        wait_for(lambda: sink.count() >= count, timeout=90, what=f"{count} rows")
+        seen = probes_of(query)
+        wait_for(lambda: probes_of(query) >= seen + 3, timeout=60, what="3 more probes")
+        return sink.rows()
+
+
 def test_a_finished_child_leaves_the_table_and_a_resume_from_dynamodb_reads_nothing_twice(
     spark, kinesis, ddb, make_stream, source_options, tmp_path
 ):
@@ -206,16 +216,7 @@ def test_a_finished_child_leaves_the_table_and_a_resume_from_dynamodb_reads_noth
     # A new Spark checkpoint: the query resumes from DynamoDB alone, and must find ``a``
     # finished through its committed children instead of reading it again.
     new = producer.put(15, hash_key=b_key) + producer.put(15, hash_key=ga_key)
-    with running(spark, options, tmp_path / "ck2") as (query, sink):
-        def probes():
-            progress = query.lastProgress
-            return source_report(progress)["probes"] if progress else 0
-
-        wait_for(lambda: sink.count() >= len(new), timeout=90, what="the new records")
-        # anything read again would come in these probes' batches at the latest
-        seen = probes()
-        wait_for(lambda: probes() >= seen + 3, timeout=60, what="3 more probes")
-        again = sink.rows()
+    again = rows_of_a_new_run(spark, options, tmp_path / "ck2", len(new))
     assert sorted((r.shard_id, r.seq) for r in again) == sorted((p.shard_id, p.seq) for p in new)
     assert len(first) == len(producer.sent) - len(new)
 
@@ -233,11 +234,7 @@ def test_a_finished_child_leaves_the_table_and_a_resume_from_dynamodb_reads_noth
     assert f"{stream}/{a}" not in json.loads(exported.read_text())
     cli("checkpoints", "reset", *where, "--to-file", str(exported), "--yes")
     last = producer.put(10, hash_key=gb_key)
-    with running(spark, options, tmp_path / "ck3") as (query, sink):
-        wait_for(lambda: sink.count() >= len(last), timeout=90, what="the last records")
-        seen = probes()
-        wait_for(lambda: probes() >= seen + 3, timeout=60, what="3 more probes")
-        after_reset = sink.rows()
+    after_reset = rows_of_a_new_run(spark, options, tmp_path / "ck3", len(last))
     assert sorted((r.shard_id, r.seq) for r in after_reset) == sorted(
         (p.shard_id, p.seq) for p in last
     )

@@ -16,6 +16,7 @@ from tests.support.spark_query import (
     commits_logged,
     failure_of,
     offsets_logged,
+    probes_of,
     running,
     source_report,
     start_query,
@@ -114,13 +115,9 @@ def test_idle_stream_runs_no_batches(spark, kinesis, make_stream, source_options
         wait_for(lambda: sink.count() >= 50, timeout=90, what="the 50 records")
         deliveries, offsets = len(sink.deliveries), offsets_logged(ck)
 
-        def probes():
-            progress = query.lastProgress
-            return source_report(progress)["probes"] if progress else 0
-
-        start_probes = probes()
+        start_probes = probes_of(query)
         # Several trigger intervals, each with a real probe of the idle stream.
-        wait_for(lambda: probes() >= start_probes + 5, timeout=60, what="5 more probes")
+        wait_for(lambda: probes_of(query) >= start_probes + 5, timeout=60, what="5 more probes")
         assert len(sink.deliveries) == deliveries, "an idle stream ran a batch"
         assert offsets_logged(ck) == offsets, "an idle stream logged a new offset"
         assert query.lastProgress["numInputRows"] == 0

@@ -112,6 +112,12 @@ def source_report(progress: Any) -> dict:
     return json.loads(value) if isinstance(value, str) else value
 
 
+def probes_of(query: Any) -> int:
+    """How many probes the query's source has made, as of its last progress (0 before one)."""
+    progress = query.lastProgress
+    return source_report(progress)["probes"] if progress else 0
+
+
 @contextmanager
 def running(
     spark: Any, options: dict[str, str], checkpoint: Path, sink: Collector | None = None, **kw: Any
