@@ -96,3 +96,67 @@ def test_start_record_is_read_once_to_check_it_and_not_returned():
 def read_lenient(fake, rng):
     pages = list(RangeReader(fake, rng, 7, fail_on_data_loss=False).pages())
     return [r["SequenceNumber"] for page in pages for r in page], pages
+
+
+class ExpiringAfter(FakeKinesis):
+    """Expires the iterator of the GetRecords call number ``n`` (1-based), once."""
+
+    def __init__(self, shards, n):
+        super().__init__(shards)
+        self._n = n
+
+    def get_records(self, ShardIterator, Limit):
+        if self.calls.count("GetRecords") + 1 == self._n:
+            self.expire_next = 1
+        return super().get_records(ShardIterator, Limit)
+
+
+def test_after_range_whose_first_page_holds_only_the_start_record_reads_on():
+    """Issue 14 item 4: a same-millisecond burst (MillisBehindLatest 0 on every page) and
+    one record per page: the first page holds only the dropped start record ``s``; that page
+    is not empty, so it is not the tip (it raised RangeIncompleteError before)."""
+    recs = log_of(10, spacing=0.0)
+    fake = FakeKinesis({"a": FakeShard(recs)})
+    seqs, _ = read(fake, ShardRange("s", "a", Position.after(recs[3][0]), recs[6][0]), limit=1)
+    assert seqs == [s for s, _ in recs[4:7]]
+
+
+def test_iterator_expiring_right_after_the_dropped_start_record_does_not_emit_it():
+    """Issue 14 item 4: the iterator expires after the first page (only the start record
+    ``s``, dropped); the resume must continue after ``s``, not re-open at ``AT:s`` and emit
+    ``s`` (it did: a duplicate of the previous batch's last record)."""
+    recs = log_of(10)
+    fake = ExpiringAfter({"a": FakeShard(recs)}, n=2)
+    seqs, _ = read(fake, ShardRange("s", "a", Position.after(recs[3][0]), recs[6][0]), limit=1)
+    assert seqs == [s for s, _ in recs[4:7]]
+
+
+def test_resume_that_lands_past_the_last_record_read_is_data_loss_not_a_silent_shift():
+    """A resume after an expiry re-opens at the last record read and checks it is still
+    there: records trimmed between two reads are reported, never skipped silently."""
+    recs = log_of(30)
+    shard = FakeShard(recs)
+    fake = ExpiringAfter({"a": shard}, n=2)
+    reader = RangeReader(fake, ShardRange("s", "a", Position.trim_horizon(), recs[-1][0]), 5)
+    pages = reader.pages()
+    first = next(pages)
+    assert [r["SequenceNumber"] for r in first] == [s for s, _ in recs[:5]]
+    del shard.records[:8]  # retention trims records 0-7 (3 of them unread) meanwhile
+    with pytest.raises(DataLossError) as err:
+        next(pages)
+    assert f"after position AFTER:{recs[4][0]}" in str(err.value)
+    assert f"the oldest record left is {recs[8][0]}" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "shard, end, cause",
+    [
+        (FakeShard(log_of(5), closed=True), "9" * 60, "the closed shard ended"),
+        (FakeShard(log_of(5)), "9" * 60, "newest record"),
+        (FakeShard([]), "9" * 60, "no record at or after the range's start"),
+    ],
+)
+def test_incomplete_range_names_its_cause(shard, end, cause):
+    fake = FakeKinesis({"a": shard})
+    with pytest.raises(RangeIncompleteError, match=cause):
+        read(fake, ShardRange("s", "a", Position.trim_horizon(), end))
