@@ -37,14 +37,11 @@ from .kinesis import (
     INVALID_ARGUMENT,
     NOT_FOUND,
     KinesisSourceError,
-    RangeIncompleteError,
-    check_opening,
-    report_data_loss,
+    RangeCursor,
     error_code,
-    opening_position,
     stream_must_exist,
 )
-from .positions import Position, ShardRange, seq_key
+from .positions import Position, ShardRange
 
 log = logging.getLogger(__name__)
 
@@ -255,32 +252,36 @@ class SubscribeRangeReader:
         self._client = client
         self._consumer_arn = consumer_arn
         self._range = rng
-        self._fail_on_data_loss = fail_on_data_loss
         self._max_attempts = max_attempts
         self._retry_wait_s = retry_wait_s
         self._max_wait_s = max_wait_s
+        self._cursor = RangeCursor(rng, fail_on_data_loss, mode="EFO")
         self._stream: Any = None  # the current subscription's EventStream
         self._events: Iterator[dict] | None = None
         self._got_event = False
-        self._last_seq: str | None = None  # the last record received (kept or not)
-        self._opened = False  # the first records after the start were checked
         self.subscriptions = 0
         self.failures = 0  # recoverable errors got past
 
-    def _lost(self, landed: str | None) -> None:
-        rng = self._range
-        report_data_loss(rng.stream, rng.shard_id, rng.start, landed, self._fail_on_data_loss)
-
-    def _resume_position(self) -> Position:
-        if self._last_seq is None:
-            return opening_position(self._range.start)
-        return Position.after(self._last_seq)
-
     def _subscribe(self) -> None:
         rng = self._range
-        position = self._resume_position()
+        position = self._cursor.opening()
         try:
-            resp = self._client.subscribe_to_shard(
+            resp = self._subscribe_at(position)
+        except ClientError as exc:
+            if error_code(exc) != INVALID_ARGUMENT:
+                raise
+            position = self._cursor.refused()
+            resp = self._subscribe_at(position)
+        self.subscriptions += 1
+        log.debug("subscribed to %s at %s", rng, position)
+        self._stream = resp["EventStream"]
+        self._events = iter(self._stream)
+        self._got_event = False
+
+    def _subscribe_at(self, position: Position) -> Any:
+        rng = self._range
+        try:
+            return self._client.subscribe_to_shard(
                 ConsumerARN=self._consumer_arn,
                 ShardId=rng.shard_id,
                 StartingPosition=starting_position(position),
@@ -291,21 +292,7 @@ class SubscribeRangeReader:
                     f"Cannot subscribe to {rng.stream}/{rng.shard_id} with EFO consumer "
                     f"{self._consumer_arn}: the stream, shard or consumer was not found ({exc})"
                 ) from exc
-            if error_code(exc) == INVALID_ARGUMENT and self._last_seq is None and not self._opened:
-                self._lost(None)  # the start position itself was refused
-                self._opened = True
-                resp = self._client.subscribe_to_shard(
-                    ConsumerARN=self._consumer_arn,
-                    ShardId=rng.shard_id,
-                    StartingPosition={"Type": "TRIM_HORIZON"},
-                )
-            else:
-                raise
-        self.subscriptions += 1
-        log.debug("subscribed to %s at %s", rng, position)
-        self._stream = resp["EventStream"]
-        self._events = iter(self._stream)
-        self._got_event = False
+            raise
 
     def _close(self) -> None:
         stream, self._stream, self._events = self._stream, None, None
@@ -321,7 +308,7 @@ class SubscribeRangeReader:
             "EFO subscription of %s failed (%s); resubscribing after %s",
             self._range,
             state.outcome.exception(),
-            self._last_seq or self._range.start,
+            self._cursor.position,
         )
 
     def _next_event(self) -> dict | None:
@@ -358,44 +345,21 @@ class SubscribeRangeReader:
         """Yield the range's records in order, a page (an event) at a time, and nothing past
         its end; raise :class:`RangeIncompleteError` if the shard ends or its tip is reached
         first."""
-        rng = self._range
-        end = seq_key(rng.end_seq)
+        cursor = self._cursor
         try:
             while True:
                 event = self._next_event()
                 if event is None:
                     continue
-                records = event.get("Records") or []
-                if not self._opened and records:
-                    self._opened = True
-                    first = records[0]["SequenceNumber"]
-                    records, landed = check_opening(records, rng.start)
-                    if landed is not None:
-                        self._lost(landed)
-                    self._last_seq = first
-                out = []
-                done = False
-                for rec in records:
-                    if seq_key(rec["SequenceNumber"]) > end:
-                        done = True
-                        break
-                    out.append(rec)
+                raw = event.get("Records") or []
+                out, done = cursor.take(raw)
                 if out:
-                    self._last_seq = out[-1]["SequenceNumber"]
-                    done = done or seq_key(self._last_seq) == end
                     yield out
                 if done:
                     return
                 shard_ended = bool(event.get("ChildShards"))
-                at_tip = not records and int(event.get("MillisBehindLatest") or 0) == 0
+                at_tip = not raw and int(event.get("MillisBehindLatest") or 0) == 0
                 if shard_ended or at_tip:
-                    reached = self._last_seq or "nothing"
-                    why = "the shard ended" if shard_ended else "the shard's tip"
-                    raise RangeIncompleteError(
-                        f"Cannot complete range {rng} (EFO): read up to {reached} and reached "
-                        f"{why} before the planned end {rng.end_seq}. The records may have been "
-                        "trimmed by the stream's retention, or the stream was re-created under "
-                        "the same name."
-                    )
+                    raise cursor.incomplete(shard_ended)
         finally:
             self._close()

@@ -185,6 +185,101 @@ def stream_must_exist(stream: str) -> Iterator[None]:
         raise
 
 
+class RangeCursor:
+    """Where the read of one exact range stands; the one template both readers (polling and
+    fan-out) follow, so the opening check, the resume position, the cut at the end and the
+    incompleteness rule live once.
+
+    Every new iterator or subscription opens at :meth:`opening`: one record *before* the
+    position (``AT:s`` for ``AFTER:s``), so :meth:`take` can check that the record is still
+    there. A read that landed past it lost records (trimmed by retention): that is reported,
+    never skipped silently, whether at the range's start or when resuming after an expiry or a
+    subscription's end. The position moves to after each record read, the dropped check record
+    included, so a resume never emits a record twice.
+    """
+
+    def __init__(self, rng: ShardRange, fail_on_data_loss: bool, mode: str = "") -> None:
+        self.range = rng
+        self.position = rng.start
+        self.last_seq: str | None = None  # the last record read (yielded or dropped as check)
+        self._end = seq_key(rng.end_seq)
+        self._fail_on_data_loss = fail_on_data_loss
+        self._unchecked = False
+        self._mode = mode
+
+    def opening(self) -> Position:
+        """Where the next iterator or subscription opens; its first records get checked."""
+        self._unchecked = True
+        return opening_position(self.position)
+
+    def refused(self) -> Position:
+        """The server refused :meth:`opening` (the position is older than the retention):
+        report the loss, and go on from the oldest record left."""
+        self._lost(None)
+        self._unchecked = False
+        self.position = Position.trim_horizon()
+        return self.position
+
+    def take(self, raw: list[dict]) -> tuple[list[dict], bool]:
+        """The records of one page (or event) that belong to the range, in order, and whether
+        the range is complete with them."""
+        records = raw
+        if self._unchecked and raw:
+            self._unchecked = False
+            records, landed = check_opening(raw, self.position)
+            if landed is not None:
+                self._lost(landed)
+        if len(records) < len(raw):  # the check record was dropped: it counts as read
+            self._advance(raw[0]["SequenceNumber"])
+        out = []
+        done = False
+        for rec in records:
+            if seq_key(rec["SequenceNumber"]) > self._end:
+                done = True
+                break
+            out.append(rec)
+        if out:
+            self._advance(out[-1]["SequenceNumber"])
+            done = done or seq_key(out[-1]["SequenceNumber"]) == self._end
+        return out, done
+
+    def _advance(self, seq: str) -> None:
+        self.last_seq = seq
+        self.position = Position.after(seq)
+
+    def _lost(self, landed: str | None) -> None:
+        rng = self.range
+        report_data_loss(rng.stream, rng.shard_id, self.position, landed, self._fail_on_data_loss)
+
+    def incomplete(self, shard_ended: bool) -> RangeIncompleteError:
+        """The error for reaching the shard's end or tip before the planned end, naming which
+        of the causes applies."""
+        rng, how = self.range, f" ({self._mode})" if self._mode else ""
+        if self.last_seq is None:
+            why = (
+                "found no record at or after the range's start: every record from there on is "
+                "gone (trimmed by the stream's retention), or the stream was deleted and "
+                "re-created under the same name"
+            )
+        elif shard_ended:
+            why = (
+                f"reached the end of the closed shard (the shard ended) at its last record "
+                f"{self.last_seq}, before the planned end: the stream was deleted and re-created under the same name since the batch "
+                "was planned, or the offset belongs to another stream"
+            )
+        else:
+            why = (
+                f"reached the shard's tip, its newest record being {self.last_seq}, before the "
+                "planned end: the stream was deleted and re-created under the same name since the batch was "
+                "planned (its sequence numbers restart), or the offset belongs to another stream"
+            )
+        return RangeIncompleteError(
+            f"Cannot complete range {rng}{how}: the read {why}. Spark's checkpoint cannot be "
+            "replayed against this stream: run `kinesis-ddb checkpoints reset` and start with "
+            "a new checkpointLocation."
+        )
+
+
 class RangeReader:
     """Replays one exact :class:`ShardRange` with a synchronous client, page by page."""
 
@@ -194,21 +289,10 @@ class RangeReader:
         self._client = client
         self._range = rng
         self._limit = limit
-        self._fail_on_data_loss = fail_on_data_loss
+        self._cursor = RangeCursor(rng, fail_on_data_loss)
         self._iterator: str | None = None
-        self._last_seq: str | None = None
-        self._opened = False
         self.calls = 0
         self.expiries = 0
-
-    def _resume_position(self) -> Position:
-        if self._last_seq is None:
-            return opening_position(self._range.start)
-        return Position.after(self._last_seq)
-
-    def _lost(self, landed: str | None) -> None:
-        rng = self._range
-        report_data_loss(rng.stream, rng.shard_id, rng.start, landed, self._fail_on_data_loss)
 
     def _fetch(self) -> Page:
         for attempt in Retrying(**_expiry_retry()):
@@ -228,62 +312,37 @@ class RangeReader:
                     raise
         return Page.from_api(resp)
 
-    def _new_iterator(self) -> str:
+    def _get_iterator(self, position: Position) -> str:
         rng = self._range
         self.calls += 1
-        try:
-            with stream_must_exist(rng.stream):
-                resp = self._client.get_shard_iterator(
-                    StreamName=rng.stream,
-                    ShardId=rng.shard_id,
-                    **self._resume_position().iterator_args(),
-                )
-        except ClientError as exc:
-            if error_code(exc) == INVALID_ARGUMENT and self._last_seq is None:
-                self._lost(None)  # the start position itself was refused
-                self.calls += 1
-                resp = self._client.get_shard_iterator(
-                    StreamName=rng.stream, ShardId=rng.shard_id, ShardIteratorType="TRIM_HORIZON"
-                )
-                self._opened = True
-                return resp["ShardIterator"]
-            raise
+        with stream_must_exist(rng.stream):
+            resp = self._client.get_shard_iterator(
+                StreamName=rng.stream, ShardId=rng.shard_id, **position.iterator_args()
+            )
         return resp["ShardIterator"]
+
+    def _new_iterator(self) -> str:
+        try:
+            return self._get_iterator(self._cursor.opening())
+        except ClientError as exc:
+            if error_code(exc) != INVALID_ARGUMENT:
+                raise
+            return self._get_iterator(self._cursor.refused())
 
     def pages(self) -> Iterator[list[dict]]:
         """Yield the range's records in order, a page at a time, and nothing past its end."""
-        rng = self._range
-        end = seq_key(rng.end_seq)
+        cursor = self._cursor
         while True:
             page = self._fetch()
             self._iterator = page.next_iterator
-            if not self._opened and page.records:
-                self._opened = True
-                page.records, landed = check_opening(page.records, rng.start)
-                if landed is not None:
-                    self._lost(landed)
-            out = []
-            done = False
-            for rec in page.records:
-                if seq_key(rec["SequenceNumber"]) > end:
-                    done = True
-                    break
-                out.append(rec)
+            out, done = cursor.take(page.records)
             if out:
-                self._last_seq = out[-1]["SequenceNumber"]
-                if seq_key(self._last_seq) == end:
-                    done = True
                 yield out
             if done:
                 return
-            if page.at_tip and not page.records:
-                reached = self._last_seq or "nothing"
-                why = "the shard ended" if page.next_iterator is None else "the shard's tip"
-                raise RangeIncompleteError(
-                    f"Cannot complete range {rng}: read up to {reached} and reached {why} "
-                    f"before the planned end {rng.end_seq}. The records may have been trimmed "
-                    "by the stream's retention, or the stream was re-created under the same name."
-                )
+            # A closed shard's last page, or an empty page at the tip: nothing more will come.
+            if page.next_iterator is None or (page.at_tip and not page.records):
+                raise cursor.incomplete(shard_ended=page.next_iterator is None)
 
 
 class AsyncKinesis:

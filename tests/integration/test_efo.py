@@ -146,22 +146,23 @@ def test_resubscribes_when_subscriptions_end(efo_server, client, backing_client,
         assert reader.subscriptions > 1 and reader.failures == 0
         calls = efo_server.subscribe_calls[before:]
         assert len(calls) == reader.subscriptions
-        # The first opens at the range's start, each next one right after the last record
-        # the previous one delivered (10 records: 2 events of 5).
+        # The first opens at the range's start, each next one at the last record the previous
+        # one delivered, which it checks is still there and drops (10 records: 2 events of 5).
         assert calls[0].starting_position == efo.starting_position(opening_position(rng.start))
         assert [c.starting_position for c in calls[1:]] == [
-            {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": seq}
+            {"Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": seq}
             for seq in _delivered_last(rng, expected)[: len(calls) - 1]
         ]
 
 
 def _delivered_last(rng: ShardRange, expected: list[dict]) -> list[str]:
-    """The last record of every 10 delivered from the opening position (which re-reads the
-    record of an ``AFTER`` start, dropped by the data-loss check)."""
+    """The last record of each subscription of 10 records: the first from the opening position
+    (which re-reads the record of an ``AFTER`` start), each next one from the last record of
+    the previous (re-read to check it), so 9 new records each."""
     seqs = [r["SequenceNumber"] for r in expected]
     if rng.start.kind == "AFTER" and rng.start.sub_seq is None:
         seqs = [rng.start.seq] + seqs
-    return seqs[9::10]
+    return seqs[9::9]
 
 
 def test_second_subscription_is_refused_then_takes_over(efo_server, client, filled):

@@ -1,0 +1,88 @@
+"""The fan-out range reader against an in-memory subscription server: the same cursor rules
+as the polling reader (issue 14 item 4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kinesis_source.efo import SubscribeRangeReader
+from kinesis_source.kinesis import RangeIncompleteError
+from kinesis_source.positions import Position, ShardRange
+from tests.unit.fake_kinesis import FakeKinesis, FakeShard, log_of
+
+
+class _Stream:
+    def __init__(self, events):
+        self._events = events
+
+    def __iter__(self):
+        return iter(self._events)
+
+    def close(self):
+        pass
+
+
+class FakeSubscriptions:
+    """SubscribeToShard over a :class:`FakeKinesis` log: each subscription serves
+    ``per_event`` records per event until the tip, then ends (as the 5-minute end would)."""
+
+    def __init__(self, fake: FakeKinesis, per_event: int) -> None:
+        self.fake = fake
+        self.per_event = per_event
+        self.starts: list[dict] = []
+
+    def subscribe_to_shard(self, ConsumerARN, ShardId, StartingPosition):
+        self.starts.append(StartingPosition)
+        kind = StartingPosition["Type"]
+        kw = {"StartingSequenceNumber": StartingPosition["SequenceNumber"]} if "SequenceNumber" in StartingPosition else {}
+        it = self.fake.get_shard_iterator(
+            StreamName=self.fake.stream, ShardId=ShardId, ShardIteratorType=kind, **kw
+        )["ShardIterator"]
+        events = []
+        for _ in range(3):  # a short subscription: three events
+            page = self.fake.get_records(ShardIterator=it, Limit=self.per_event)
+            events.append(
+                {
+                    "SubscribeToShardEvent": {
+                        "Records": page["Records"],
+                        "MillisBehindLatest": page["MillisBehindLatest"],
+                        "ContinuationSequenceNumber": "0",
+                    }
+                }
+            )
+            it = page.get("NextShardIterator")
+            if it is None:
+                break
+        return {"EventStream": _Stream(events)}
+
+
+def read(subs, rng):
+    reader = SubscribeRangeReader(subs, "arn:consumer", rng, retry_wait_s=0, max_wait_s=0)
+    return [r["SequenceNumber"] for page in reader.pages() for r in page]
+
+
+def test_after_range_whose_first_event_holds_only_the_start_record_reads_on():
+    """A same-millisecond burst (MillisBehindLatest 0) served one record per event: the first
+    event holds only the dropped start record; that is not the tip."""
+    recs = log_of(12, spacing=0.0)
+    subs = FakeSubscriptions(FakeKinesis({"a": FakeShard(recs)}), per_event=1)
+    assert read(subs, ShardRange("s", "a", Position.after(recs[3][0]), recs[8][0])) == [
+        s for s, _ in recs[4:9]
+    ]
+
+
+def test_resubscription_continues_after_the_last_record_read_and_checks_it():
+    recs = log_of(20)
+    subs = FakeSubscriptions(FakeKinesis({"a": FakeShard(recs)}), per_event=2)
+    got = read(subs, ShardRange("s", "a", Position.after(recs[1][0]), recs[15][0]))
+    assert got == [s for s, _ in recs[2:16]]
+    # every subscription opened at the last record read, which it checked and dropped
+    assert all(s["Type"] == "AT_SEQUENCE_NUMBER" for s in subs.starts)
+    assert subs.starts[1]["SequenceNumber"] == recs[6][0]  # events: [1, 2], [3, 4], [5, 6]
+
+
+def test_range_past_the_tip_fails_naming_the_tip():
+    recs = log_of(5)
+    subs = FakeSubscriptions(FakeKinesis({"a": FakeShard(recs)}), per_event=10)
+    with pytest.raises(RangeIncompleteError, match="tip, its newest record being"):
+        read(subs, ShardRange("s", "a", Position.trim_horizon(), "9" * 60))
