@@ -11,23 +11,10 @@ import pytest
 from kinesis_source.positions import seq_key
 from tests.integration.test_stream_read import assert_exactly_once_in_order
 from tests.support.producer import Producer
-from tests.support.spark_query import Collector, running, stop_quietly
+from tests.support.spark_query import Collector, running, start_triggered, stop_quietly
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
-
-
-def start_triggered(spark, options, checkpoint, sink, **trigger):
-    """Start a query into ``sink`` with a trigger such as ``once=True``."""
-    reader = spark.readStream.format("kinesis-ddb")
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return (
-        reader.load().writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(**trigger)
-        .start()
-    )
 
 
 def shard_hash_keys(kinesis, stream):

@@ -8,6 +8,9 @@ access key id that signed it. Rules make it misbehave the way AWS does:
 - ``latency = seconds``: delay every request;
 - ``trim(stream, shard, first_seq)``: simulate retention: iterators asked for before
   ``first_seq`` (or at TRIM_HORIZON) land at ``first_seq``, as Kinesis' do after a trim;
+- ``gap(stream, shard, pages)``: make that shard sparse as real Kinesis serves one: every
+  ``TRIM_HORIZON`` iterator crosses ``pages`` empty pages (``MillisBehindLatest`` > 0) before
+  its first record;
 - ``down = True``: drop every connection without an answer (recorded in ``seen`` as
   :data:`DROPPED`).
 
@@ -51,6 +54,8 @@ class FaultProxy:
         self.down = False
         self._rules: list[tuple[set[str], float, int, str]] = []
         self._trims: dict[tuple[str, str], str] = {}
+        self._gaps: dict[tuple[str, str], int] = {}
+        self.gap_pages_served = 0
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -72,11 +77,16 @@ class FaultProxy:
         with self._lock:
             self._rules.clear()
             self._trims.clear()
+            self._gaps.clear()
             self.latency, self.down = 0.0, False
 
     def trim(self, stream: str, shard: str, first_seq: str) -> None:
         """Records before ``first_seq`` of that shard are gone, as after retention."""
         self._trims[(stream, shard)] = first_seq
+
+    def gap(self, stream: str, shard: str, pages: int) -> None:
+        """Every TRIM_HORIZON iterator of that shard crosses ``pages`` empty pages first."""
+        self._gaps[(stream, shard)] = pages
 
     def operations(self) -> list[Seen]:
         """A copy of what came in so far."""
@@ -109,6 +119,40 @@ class FaultProxy:
             req.update(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=first)
             return json.dumps(req).encode()
         return body
+
+    # A gap iterator is "gap|<empty pages left>|<the server's iterator>".
+
+    def _wrap_gap(self, op: str, body: bytes, status: int, data: bytes) -> bytes:
+        if op != "GetShardIterator" or status != 200 or not self._gaps:
+            return data
+        req = json.loads(body)
+        pages = self._gaps.get((req.get("StreamName"), req.get("ShardId")))
+        if not pages or req.get("ShardIteratorType") != "TRIM_HORIZON":
+            return data
+        resp = json.loads(data)
+        resp["ShardIterator"] = f"gap|{pages}|{resp['ShardIterator']}"
+        return json.dumps(resp).encode()
+
+    def _gap_page(self, op: str, body: bytes) -> bytes | None:
+        if op != "GetRecords" or not body.startswith(b'{') or b'"gap|' not in body:
+            return None
+        req = json.loads(body)
+        _, left, inner = req["ShardIterator"].split("|", 2)
+        if int(left) == 0:
+            return None
+        with self._lock:
+            self.gap_pages_served += 1
+        nxt = f"gap|{int(left) - 1}|{inner}"
+        return json.dumps(
+            {"Records": [], "NextShardIterator": nxt, "MillisBehindLatest": 86_400_000}
+        ).encode()
+
+    def _unwrap_gap(self, op: str, body: bytes) -> bytes:
+        if op != "GetRecords" or b'"gap|' not in body:
+            return body
+        req = json.loads(body)
+        req["ShardIterator"] = req["ShardIterator"].split("|", 2)[2]
+        return json.dumps(req).encode()
 
     def _handler(self):
         proxy = self
@@ -148,12 +192,17 @@ class FaultProxy:
                     error = json.dumps({"__type": code, "message": f"injected by the test proxy: {code}"})
                     self._reply(status, error.encode(), [("Content-Type", "application/x-amz-json-1.1")])
                     return
+                gap = proxy._gap_page(op, body)
+                if gap is not None:
+                    self._reply(200, gap, [("Content-Type", "application/x-amz-json-1.1")])
+                    return
+                body = proxy._unwrap_gap(op, body)
                 conn = http.client.HTTPConnection(proxy._host, proxy._port, timeout=60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 headers["Host"] = f"{proxy._host}:{proxy._port}"
                 conn.request(self.command, self.path, body=proxy._rewrite(op, body), headers=headers)
                 resp = conn.getresponse()
-                data = resp.read()
+                data = proxy._wrap_gap(op, body, resp.status, resp.read())
                 conn.close()
                 self._reply(resp.status, data, resp.getheaders())
 

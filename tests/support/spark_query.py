@@ -74,6 +74,15 @@ def start_query(
     trigger_ms: int = 200,
 ) -> Any:
     """Start ``format("kinesis-ddb")`` with ``options`` into ``sink``."""
+    return start_triggered(
+        spark, options, checkpoint, sink, processingTime=f"{trigger_ms} milliseconds"
+    )
+
+
+def start_triggered(
+    spark: Any, options: dict[str, str], checkpoint: Path, sink: Collector, **trigger: Any
+) -> Any:
+    """Start a query into ``sink`` with a trigger such as ``availableNow=True``."""
     reader = spark.readStream.format("kinesis-ddb")
     for key, value in options.items():
         reader = reader.option(key, value)
@@ -81,7 +90,7 @@ def start_query(
         reader.load()
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime=f"{trigger_ms} milliseconds")
+        .trigger(**trigger)
         .start()
     )
 

@@ -20,6 +20,9 @@ class FakeShard:
     records: list[tuple[str, float]] = field(default_factory=list)
     closed: bool = False
     payloads: dict[str, bytes] = field(default_factory=dict)  # Data by seq; default b"d<seq>"
+    # Empty pages (with MillisBehindLatest > 0) an iterator crosses before record index i, as
+    # real Kinesis serves over gaps in a sparse shard (index len(records): before the tip).
+    gaps: dict[int, int] = field(default_factory=dict)
 
 
 def _error(code: str) -> ClientError:
@@ -38,7 +41,7 @@ class FakeKinesis:
         # Added to every non-zero MillisBehindLatest, as if it were measured to "now".
         self.behind_extra_ms: int = 0
 
-    # iterators are "<shard>|<index of next record>"
+    # iterators are "<shard>|<index of next record>|<empty pages crossed before it>"
     def get_shard_iterator(self, StreamName, ShardId, ShardIteratorType, **kw):
         self.calls.append("GetShardIterator")
         if StreamName != self.stream or ShardId not in self.shards:
@@ -55,17 +58,27 @@ class FakeKinesis:
             idx = next((i for i, (s, _) in enumerate(recs) if int(s) >= seq), len(recs))
             if ShardIteratorType == "AFTER_SEQUENCE_NUMBER" and idx < len(recs) and int(recs[idx][0]) == seq:
                 idx += 1
-        return {"ShardIterator": f"{ShardId}|{idx}"}
+        return {"ShardIterator": f"{ShardId}|{idx}|0"}
 
     def get_records(self, ShardIterator, Limit):
         self.calls.append("GetRecords")
         if self.expire_next:
             self.expire_next -= 1
             raise _error("ExpiredIteratorException")
-        shard_id, idx = ShardIterator.split("|")
+        shard_id, idx, crossed = ShardIterator.split("|")
         shard = self.shards[shard_id]
-        idx = int(idx)
-        page = shard.records[idx : idx + Limit]
+        idx, crossed = int(idx), int(crossed)
+        if crossed < shard.gaps.get(idx, 0):
+            newest = shard.records[-1][1] if shard.records else 0.0
+            here = shard.records[idx][1] if idx < len(shard.records) else newest
+            return {
+                "Records": [],
+                "MillisBehindLatest": max(1, int((newest - here) * 1000)) + self.behind_extra_ms,
+                "NextShardIterator": f"{shard_id}|{idx}|{crossed + 1}",
+            }
+        # A page ends before the next gap: the records after it are behind the empty pages.
+        stop = min([i for i in shard.gaps if idx < i] + [idx + Limit])
+        page = shard.records[idx : min(idx + Limit, stop)]
         nxt = idx + len(page)
         behind = 0
         if page and nxt < len(shard.records):
@@ -88,7 +101,7 @@ class FakeKinesis:
             "MillisBehindLatest": behind,
         }
         if not (shard.closed and nxt >= len(shard.records)):
-            out["NextShardIterator"] = f"{shard_id}|{nxt}"
+            out["NextShardIterator"] = f"{shard_id}|{nxt}|0"
         return out
 
     def list_shards(self, StreamName, **kw):

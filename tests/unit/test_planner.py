@@ -189,3 +189,36 @@ def test_available_now_target_bounds_which_shards_are_probed():
     kept, caps = target.bound(starts)
     assert set(kept) == {("s", "a"), ("s", "d"), ("s", "z")}
     assert caps == {("s", "a"): "100", ("s", "d"): "70"}
+
+
+def test_sparse_shard_probe_goes_on_across_empty_pages_and_shows_its_lag():
+    """Issue 14 item 2: Kinesis may serve many empty pages (MillisBehindLatest > 0) before a
+    sparse shard's records. Each probe goes on from where the last one stopped (it started
+    over and never got through before), and while it has found nothing it reports the shard
+    as behind, not caught up."""
+    recs = log_of(20)
+    fake, kinesis, prober = prober_for({"a": FakeShard(recs, gaps={0: 12})})
+    results = []
+    for _ in range(6):
+        results.append(probe(prober, Position.trim_horizon()))
+        if results[-1].tip is not None:
+            break
+    assert results[-1].tip == recs[-1][0]
+    assert all(r.pending and r.behind_ms > 0 for r in results[:-1])
+    # the 12 empty pages were crossed once in all, not once per probe
+    assert fake.calls.count("GetRecords") <= 12 + 2 * len(results)
+
+
+def test_settle_all_finds_the_tip_behind_empty_pages_in_one_call():
+    recs = log_of(20)
+    fake, kinesis, prober = prober_for({"a": FakeShard(recs, gaps={0: 12}), "b": FakeShard(recs)})
+    starts = {("s", "a"): Position.trim_horizon(), ("s", "b"): Position.trim_horizon()}
+    results = asyncio.run(prober.settle_all(starts))
+    assert {k: r.tip for k, r in results.items()} == {k: recs[-1][0] for k in starts}
+
+
+def test_settle_all_gives_up_at_its_deadline_leaving_the_shard_pending():
+    recs = log_of(20)
+    fake, kinesis, prober = prober_for({"a": FakeShard(recs, gaps={0: 10_000})})
+    results = asyncio.run(prober.settle_all({("s", "a"): Position.trim_horizon()}, timeout_s=0))
+    assert results[("s", "a")].pending and results[("s", "a")].tip is None

@@ -1,0 +1,77 @@
+"""Sparse shards as real Kinesis serves them: empty pages with MillisBehindLatest > 0 before
+the records (issue 14 item 2), injected by the test proxy in front of a real server."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.producer import Producer
+from tests.support.proxy import FaultProxy
+from tests.support.spark_query import Collector, running, start_triggered, stop_quietly
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.spark
+
+GAP = 12  # more empty pages than one probe follows
+
+
+def test_trim_horizon_start_crosses_the_empty_pages_and_reads_everything(
+    spark, kinesis, kinesis_backend, make_stream, source_options, tmp_path
+):
+    stream = make_stream(1)
+    producer = Producer(kinesis, stream)
+    sent = producer.put(40)
+    with FaultProxy(kinesis_backend) as proxy:
+        proxy.gap(stream, sent[0].shard_id, GAP)
+        options = {**source_options, "streamName": stream, "endpointUrl": proxy.url,
+                   "initialPosition": "TRIM_HORIZON"}
+        with running(spark, options, tmp_path / "ck") as (query, sink):
+            wait_for(lambda: sink.count() >= 40, timeout=120, what="the 40 records")
+            assert query.isActive
+        assert proxy.gap_pages_served >= GAP
+    assert [r.seq for r in sink.rows()] == [p.seq for p in sent]
+
+
+def test_latest_behind_empty_pages_starts_after_the_newest_record(
+    spark, kinesis, kinesis_backend, make_stream, source_options, tmp_path
+):
+    """LATEST is resolved by probing for the tip; a probe that gave up on the empty pages made
+    LATEST a TRIM_HORIZON and re-read the 30 older records."""
+    stream = make_stream(1)
+    producer = Producer(kinesis, stream)
+    old = producer.put(30)
+    with FaultProxy(kinesis_backend) as proxy:
+        proxy.gap(stream, old[0].shard_id, GAP)
+        options = {**source_options, "streamName": stream, "endpointUrl": proxy.url,
+                   "initialPosition": "LATEST"}
+        with running(spark, options, tmp_path / "ck") as (query, sink):
+            wait_for(lambda: query.lastProgress is not None, timeout=120, what="the first trigger")
+            new = producer.put(20)
+            wait_for(lambda: sink.count() >= 20, timeout=120, what="the 20 new records")
+            assert query.isActive
+    assert [r.seq for r in sink.rows()] == [p.seq for p in new]
+
+
+def test_available_now_reads_a_sparse_shard_to_its_newest_record(
+    spark, kinesis, kinesis_backend, make_stream, source_options, tmp_path
+):
+    """The AvailableNow target probes every open shard for its newest record; a shard whose
+    probe gave up on the empty pages was dropped from the run."""
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    sent = producer.put(60)
+    sparse = sent[0].shard_id
+    with FaultProxy(kinesis_backend) as proxy:
+        proxy.gap(stream, sparse, GAP)
+        options = {**source_options, "streamName": stream, "endpointUrl": proxy.url,
+                   "initialPosition": "TRIM_HORIZON"}
+        sink = Collector()
+        query = start_triggered(spark, options, tmp_path / "ck", sink, availableNow=True)
+        try:
+            assert query.awaitTermination(240), "Trigger.AvailableNow did not stop by itself"
+            assert query.exception() is None
+        finally:
+            stop_quietly(query)
+    got = sorted((r.shard_id, r.seq) for r in sink.rows())
+    assert got == sorted((p.shard_id, p.seq) for p in sent)
+    assert any(r.shard_id == sparse for r in sink.rows())
