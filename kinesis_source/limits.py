@@ -47,6 +47,7 @@ class _Cursor:
     opened: bool = False
     exhausted: bool = False  # nothing more to read for this batch
     beyond_cap: bool = False  # records after ``cap`` were seen (and left alone)
+    gap: bool = False  # stopped on empty pages while behind the tip: records may follow
     end: str | None = None  # last record allocated
     taken: int = 0  # user records allocated
     behind_ms: int = 0
@@ -149,6 +150,7 @@ class BudgetPlanner:
             if records or cur.exhausted:
                 return
         cur.exhausted = True  # empty pages over a gap: the rest waits for the next batch
+        cur.gap = True
 
 
 def _within_cap(page: Page, cap: str | None) -> list[dict]:
@@ -162,4 +164,4 @@ def _result(cur: _Cursor) -> ProbeResult:
     if cur.end is not None:
         return ProbeResult(tip=cur.end, behind_ms=cur.behind_ms)
     ended = cur.opened and cur.iterator is None and not cur.buffer and not cur.beyond_cap
-    return ProbeResult(ended=ended, behind_ms=cur.behind_ms)
+    return ProbeResult(ended=ended, behind_ms=cur.behind_ms, pending=cur.gap)

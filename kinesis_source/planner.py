@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Awaitable, Mapping, TypeVar
 
 from .aws import AwsSettings
@@ -25,7 +26,7 @@ from .positions import (
     shard_key,
     split_shard_key,
 )
-from .probe import TailProber
+from .probe import SETTLE_PAUSE_S, SETTLE_TIMEOUT_S, ProbeResult, TailProber
 
 log = logging.getLogger(__name__)
 
@@ -166,12 +167,13 @@ class Planner:
                 if key not in named and shard_id not in named:  # named: as the user says
                     del wanted[(stream, shard_id)]
         latest = {key: Position.trim_horizon() for key, v in wanted.items() if v == "LATEST"}
-        probed = await self._prober_ready().probe_all(latest) if latest else {}
+        now = datetime.now(timezone.utc)
+        probed = await self._prober_ready().settle_all(latest) if latest else {}
         positions = {}
         for (stream, shard_id), text in wanted.items():
             if text == "LATEST":
-                tip = probed[(stream, shard_id)].tip
-                pos = Position.after(tip) if tip else Position.trim_horizon()
+                found = probed[(stream, shard_id)]
+                pos = _latest_position(stream, shard_id, found, now)
             else:
                 pos = Position.parse(text)
             positions[shard_key(stream, shard_id)] = pos
@@ -243,7 +245,14 @@ class Planner:
             for s in shards
             if not s.is_closed
         }
-        results = await self._prober_ready().probe_all(open_shards)
+        results = await self._prober_ready().settle_all(open_shards)
+        unsettled = sorted(shard_key(*sid) for sid, r in results.items() if r.pending)
+        if unsettled:
+            raise KinesisSourceError(
+                f"Trigger.AvailableNow cannot fix its target: Kinesis served only empty pages "
+                f"for shard(s) {', '.join(unsettled)} for {SETTLE_TIMEOUT_S:g} s, so their newest "
+                "record is unknown. Start the query again (the next probe goes on from there)."
+            )
         closed = frozenset(
             shard_key(stream, s.shard_id)
             for stream, shards in listing.items()
@@ -275,15 +284,14 @@ class Planner:
         caps: dict[tuple[str, str], str] = {}
         if self._target is not None:
             starts, caps = self._target.bound(starts)
-        if max_records is None:
-            results = await self._prober_ready().probe_all(starts, caps)
-        else:
-            budget = BudgetPlanner(
-                await self._client(), self._prober_ready(), self._opts.max_records_per_fetch
-            )
-            results = await budget.plan(starts, max_records, self._turn, caps)
-            if any(r.tip for r in results.values()):
-                self._turn += 1  # per batch with data, so every shard in turn is served first
+        results = await self._ends(starts, caps, max_records)
+        if self._target is not None:
+            # Spark ends a Trigger.AvailableNow run at the first batch without new data: a
+            # shard still crossing empty pages towards its target must be waited for here.
+            deadline = time.monotonic() + SETTLE_TIMEOUT_S
+            while _only_pending(results) and time.monotonic() < deadline:
+                await asyncio.sleep(SETTLE_PAUSE_S)
+                results = await self._ends(starts, caps, max_records)
         self.probes += 1
         lag = {}
         for (stream, shard_id), result in results.items():
@@ -300,6 +308,23 @@ class Planner:
                 positions[key] = starts[(stream, shard_id)]
         self._lag = lag
         return Offset(retire_finished(listing, positions))
+
+    async def _ends(
+        self,
+        starts: dict[tuple[str, str], Position],
+        caps: dict[tuple[str, str], str],
+        max_records: int | None,
+    ) -> dict[tuple[str, str], ProbeResult]:
+        """Each shard's end for the next batch: its tip, or a fair cut under a read limit."""
+        if max_records is None:
+            return await self._prober_ready().probe_all(starts, caps)
+        budget = BudgetPlanner(
+            await self._client(), self._prober_ready(), self._opts.max_records_per_fetch
+        )
+        results = await budget.plan(starts, max_records, self._turn, caps)
+        if any(r.tip for r in results.values()):
+            self._turn += 1  # per batch with data, so every shard in turn is served first
+        return results
 
     def stats(self) -> dict[str, Any]:
         """Driver-side probe cost so far (calls made, records fetched) and, per shard of the
@@ -330,6 +355,29 @@ def plan_ranges(start: Offset, end: Offset) -> list[ShardRange]:
         assert to.seq is not None
         ranges.append(ShardRange(stream, shard_id, frm, to.seq))
     return ranges
+
+
+def _only_pending(results: Mapping[tuple[str, str], ProbeResult]) -> bool:
+    """True when no shard moved and some only crossed empty pages (records may follow)."""
+    return not any(r.tip or r.ended for r in results.values()) and any(
+        r.pending for r in results.values()
+    )
+
+
+def _latest_position(stream: str, shard_id: str, found: ProbeResult, now: datetime) -> Position:
+    """``LATEST`` for one shard: after its newest record (TRIM_HORIZON when it has none). A
+    shard whose probe only crossed empty pages until the deadline starts at the resolution
+    time instead: the records that arrive after it, by the server's arrival timestamps."""
+    if found.tip is not None:
+        return Position.after(found.tip)
+    if found.pending:
+        log.warning(
+            "Kinesis stream '%s' shard '%s' served only empty pages while LATEST was resolved; "
+            "it starts at the records that arrived after %s",
+            stream, shard_id, now.isoformat(),
+        )
+        return Position.at_timestamp(now)
+    return Position.trim_horizon()
 
 
 def _initial_for(spec: InitialPosition, stream: str, shard_id: str) -> str:

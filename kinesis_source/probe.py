@@ -48,6 +48,11 @@ MAX_EMPTY_HOPS = 4
 MAX_TIP_PAGES = 10
 # Iterators live 5 minutes; a cached one older than this is not reused.
 ITERATOR_TTL_S = 240.0
+# Where a probe must find an answer (LATEST, a Trigger.AvailableNow target), probes of shards
+# that crossed only empty pages are repeated, this far apart (each makes at most
+# MAX_EMPTY_HOPS + 1 calls, so a shard's 5 GetRecords/s are not exceeded), up to this long.
+SETTLE_PAUSE_S = 1.0
+SETTLE_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,9 @@ class ProbeResult:
     tip: str | None = None  # newest record seen after the start, None if there is none
     ended: bool = False  # the shard is closed and the start is at its end
     behind_ms: int = 0  # MillisBehindLatest of the first record after the start: the lag
+    # Only empty pages were read, still behind the tip: records may lie further on. The
+    # iterator after those pages is kept, so the next probe goes on from there.
+    pending: bool = False
 
 
 class TailProber:
@@ -107,9 +115,11 @@ class TailProber:
         if not page.records:
             if page.next_iterator is None:
                 return ProbeResult(ended=True)
+            # No record lies between the start and this iterator: it continues the start.
+            self.keep(stream, shard, start, page.next_iterator)
             if page.at_tip:
-                self.keep(stream, shard, start, page.next_iterator)
-            return ProbeResult()
+                return ProbeResult()
+            return ProbeResult(behind_ms=page.behind_ms, pending=True)
         first = page.records[0]
         if cap is not None and seq_key(first["SequenceNumber"]) > seq_key(cap):
             return ProbeResult(behind_ms=page.behind_ms)
@@ -188,6 +198,24 @@ class TailProber:
         keys = list(starts)
         results = await asyncio.gather(*(one(key, starts[key]) for key in keys))
         return dict(zip(keys, results))
+
+    async def settle_all(
+        self,
+        starts: dict[tuple[str, str], Position],
+        caps: dict[tuple[str, str], str] | None = None,
+        timeout_s: float = SETTLE_TIMEOUT_S,
+    ) -> dict[tuple[str, str], ProbeResult]:
+        """:meth:`probe_all`, repeated for the shards whose probe crossed only empty pages
+        (each time on from where the last stopped) until every shard's tip, or that it has
+        none, is known; shards still pending after ``timeout_s`` stay ``pending``."""
+        results = await self.probe_all(starts, caps)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pending = {key: starts[key] for key, r in results.items() if r.pending}
+            if not pending or time.monotonic() >= deadline:
+                return results
+            await asyncio.sleep(SETTLE_PAUSE_S)
+            results.update(await self.probe_all(pending, caps))
 
 
 def _utc(epoch_seconds: float) -> datetime:
