@@ -10,9 +10,11 @@ from collections import defaultdict
 
 import pytest
 
+from kinesis_source.positions import Position
 from tests.support.cli import cli
 from tests.support.committed import stored, tips
 from tests.support.producer import Producer
+from tests.support.proxy import FaultProxy
 from tests.support.spark_query import probes_of, running
 from tests.support.waiting import wait_for
 
@@ -238,3 +240,58 @@ def test_a_finished_child_leaves_the_table_and_a_resume_from_dynamodb_reads_noth
     assert sorted((r.shard_id, r.seq) for r in after_reset) == sorted(
         (p.shard_id, p.seq) for p in last
     )
+
+
+def test_a_parent_in_the_initial_offset_is_committed_finished_so_a_resume_after_it_expired_reads_on(
+    spark, kinesis, kinesis_backend, ddb, make_stream, source_options, tmp_path
+):
+    """Issue 14 item 1: a query that first starts after a split tracks the closed parent and
+    its children from the initial offset. The parent's end must reach DynamoDB; it did not
+    (the parent left the offset in the probe that saw it end), so once retention took the
+    parent out of ListShards, a resume without the Spark checkpoint failed with a false
+    data-loss error naming it, and `checkpoints export` showed it at its last record."""
+    stream = make_stream(1)
+    (root,) = [s["ShardId"] for s in kinesis.list_shards(StreamName=stream)["Shards"]]
+    producer = Producer(kinesis, stream)
+    producer.put(20)
+    (a, a_key), (b, b_key) = split_in_two(kinesis, stream, root)
+    producer.put(10, hash_key=a_key)
+    producer.put(10, hash_key=b_key)
+    with FaultProxy(kinesis_backend) as proxy:
+        options = {**source_options, "streamName": stream, "endpointUrl": proxy.url,
+                   "shardDiscoveryIntervalMs": "300", "initialPosition": "TRIM_HORIZON"}
+        app = options["applicationName"]
+        with running(spark, options, tmp_path / "ck1") as (query, sink):
+            wait_for(lambda: sink.count() >= 40, timeout=90, what="every record")
+            children_tips = {f"{stream}/{sh}": pos for sh, pos in tips(producer.sent).items()
+                             if sh in (a, b)}
+
+            def settled():
+                table = stored(ddb, app)
+                return all(table.get(k) == v for k, v in children_tips.items())
+
+            wait_for(settled, timeout=60, what="the children's tips in DynamoDB")
+            assert query.isActive
+        table = stored(ddb, app)
+        assert table.get(f"{stream}/{root}", Position.shard_end()).is_shard_end, table
+
+        where = ["--app", app, "--endpoint-url", options["dynamodbEndpointUrl"],
+                 "--region", "us-east-1"]
+        exported = tmp_path / "positions.json"
+        cli("checkpoints", "export", *where, "-o", str(exported))
+        assert json.loads(exported.read_text()).get(f"{stream}/{root}", "SHARD_END") == "SHARD_END"
+
+        proxy.expire(stream, root)  # retention: the parent leaves ListShards
+        new = producer.put(5, hash_key=a_key) + producer.put(5, hash_key=b_key)
+        again = rows_of_a_new_run(spark, options, tmp_path / "ck2", len(new))
+        assert sorted((r.shard_id, r.seq) for r in again) == sorted(
+            (p.shard_id, p.seq) for p in new
+        )
+        cli("checkpoints", "reset", *where, "--to-file", str(exported), "--yes")
+        last = producer.put(5, hash_key=b_key)
+        after_reset = rows_of_a_new_run(spark, options, tmp_path / "ck3", len(new) + len(last))
+    # the reset went back to the exported positions: the 10 new records again, then the last
+    assert sorted((r.shard_id, r.seq) for r in after_reset) == sorted(
+        (p.shard_id, p.seq) for p in new + last
+    )
+    assert len(sink.rows()) == 40

@@ -11,6 +11,9 @@ access key id that signed it. Rules make it misbehave the way AWS does:
 - ``gap(stream, shard, pages)``: make that shard sparse as real Kinesis serves one: every
   ``TRIM_HORIZON`` iterator crosses ``pages`` empty pages (``MillisBehindLatest`` > 0) before
   its first record;
+- ``expire(stream, shard, listed)``: simulate a shard past its retention: ``GetShardIterator``
+  for it answers ``ResourceNotFoundException`` as Kinesis does for a missing shard, and unless
+  ``listed``, ``ListShards`` leaves it out;
 - ``down = True``: drop every connection without an answer (recorded in ``seen`` as
   :data:`DROPPED`).
 
@@ -32,6 +35,7 @@ from urllib.parse import urlparse
 _KEY_RE = re.compile(r"Credential=([^/]+)/")
 THROTTLED = "ProvisionedThroughputExceededException"
 DROPPED = "dropped"  # ``Seen.injected`` of a request dropped while ``down``
+NOT_FOUND = "ResourceNotFoundException"
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class FaultProxy:
         self._rules: list[tuple[set[str], float, int, str]] = []
         self._trims: dict[tuple[str, str], str] = {}
         self._gaps: dict[tuple[str, str], int] = {}
+        self._expired: dict[tuple[str, str], bool] = {}  # -> still listed
         self.gap_pages_served = 0
         self._random = random.Random(seed)
         self._lock = threading.Lock()
@@ -78,6 +83,7 @@ class FaultProxy:
             self._rules.clear()
             self._trims.clear()
             self._gaps.clear()
+            self._expired.clear()
             self.latency, self.down = 0.0, False
 
     def trim(self, stream: str, shard: str, first_seq: str) -> None:
@@ -87,6 +93,11 @@ class FaultProxy:
     def gap(self, stream: str, shard: str, pages: int) -> None:
         """Every TRIM_HORIZON iterator of that shard crosses ``pages`` empty pages first."""
         self._gaps[(stream, shard)] = pages
+
+    def expire(self, stream: str, shard: str, listed: bool = False) -> None:
+        """The shard is gone (past retention); ``listed``: ListShards still shows it, as in
+        the moment between a listing and the next call."""
+        self._expired[(stream, shard)] = listed
 
     def operations(self) -> list[Seen]:
         """A copy of what came in so far."""
@@ -119,6 +130,27 @@ class FaultProxy:
             req.update(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=first)
             return json.dumps(req).encode()
         return body
+
+    def _missing_shard(self, op: str, body: bytes) -> bytes | None:
+        if op != "GetShardIterator" or not self._expired:
+            return None
+        req = json.loads(body)
+        stream, shard = req.get("StreamName"), req.get("ShardId")
+        if (stream, shard) not in self._expired:
+            return None
+        message = f"Shard {shard} in stream {stream} under account 123456789012 does not exist"
+        return json.dumps({"__type": NOT_FOUND, "message": message}).encode()
+
+    def _unlist(self, op: str, body: bytes, status: int, data: bytes) -> bytes:
+        if op != "ListShards" or status != 200 or not self._expired:
+            return data
+        stream = json.loads(body).get("StreamName")
+        gone = {shard for (st, shard), listed in self._expired.items() if st == stream and not listed}
+        if not gone:
+            return data
+        resp = json.loads(data)
+        resp["Shards"] = [s for s in resp.get("Shards", []) if s["ShardId"] not in gone]
+        return json.dumps(resp).encode()
 
     # A gap iterator is "gap|<empty pages left>|<the server's iterator>".
 
@@ -192,6 +224,12 @@ class FaultProxy:
                     error = json.dumps({"__type": code, "message": f"injected by the test proxy: {code}"})
                     self._reply(status, error.encode(), [("Content-Type", "application/x-amz-json-1.1")])
                     return
+                missing = proxy._missing_shard(op, body)
+                if missing is not None:
+                    with proxy._lock:
+                        proxy.seen.append(Seen(op, key and key.group(1), NOT_FOUND))
+                    self._reply(400, missing, [("Content-Type", "application/x-amz-json-1.1")])
+                    return
                 gap = proxy._gap_page(op, body)
                 if gap is not None:
                     self._reply(200, gap, [("Content-Type", "application/x-amz-json-1.1")])
@@ -202,7 +240,7 @@ class FaultProxy:
                 headers["Host"] = f"{proxy._host}:{proxy._port}"
                 conn.request(self.command, self.path, body=proxy._rewrite(op, body), headers=headers)
                 resp = conn.getresponse()
-                data = proxy._wrap_gap(op, body, resp.status, resp.read())
+                data = proxy._unlist(op, body, resp.status, proxy._wrap_gap(op, body, resp.status, resp.read()))
                 conn.close()
                 self._reply(resp.status, data, resp.getheaders())
 

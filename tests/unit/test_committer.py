@@ -171,3 +171,19 @@ def test_a_shard_still_in_the_offset_is_not_forgotten(checkpointer):
     c.commit(Offset({"s/shardId-1": END, "s/shardId-3": Position.after("300")}))
     # shardId-0 (out of the offset, a child committed) goes; shardId-1, still in it, stays
     assert c._store.forgotten == [["s/shardId-0"]]
+
+
+def test_a_finished_shard_that_dynamodb_holds_short_of_its_end_is_committed_at_its_end(
+    checkpointer,
+):
+    """Issue 14 item 1, healing tables written before the fix: shardId-1 left the offset
+    (retired, its children tracked) while DynamoDB still holds it at its last record. The
+    next commit writes its SHARD_END, so a resume after it expires finds it finished; a shard
+    still in the offset, or with no descendant in it, is left alone."""
+    c = resharded(checkpointer, Offset({"s/shardId-0": Position.trim_horizon()}))
+    c._stored["s/shardId-1"] = Position.after("190")
+    c._stored["s/other"] = Position.after("7")  # not listed: nothing is known of it
+    c.commit(Offset({"s/shardId-2": Position.after("6"), "s/shardId-3": Position.trim_horizon(),
+                     "s/shardId-4": Position.trim_horizon()}))
+    assert c._store.commits[-1] == {"s/shardId-1": END, "s/shardId-2": Position.after("6")}
+    assert c._stored["s/other"] == Position.after("7")

@@ -55,19 +55,36 @@ def test_shards_at_shard_end_are_not_probed():
     assert starts(SPLIT, {"p": END, "c1": END, "c2": Position.after("3")}) == {"c2"}
 
 
+def retired(listing, positions, committed=None):
+    """``retire_finished`` for a batch starting at ``committed`` (default: ``positions``)."""
+    return retire_finished(listing, positions, positions if committed is None else committed)
+
+
 def test_parent_retires_once_all_children_are_tracked():
     listing = {"s": SPLIT}
-    assert retire_finished(listing, {"s/p": END, "s/c1": TH}) == {"s/p": END, "s/c1": TH}
-    assert retire_finished(listing, {"s/p": END, "s/c1": TH, "s/c2": Position.after("1")}) == {
+    assert retired(listing, {"s/p": END, "s/c1": TH}) == {"s/p": END, "s/c1": TH}
+    assert retired(listing, {"s/p": END, "s/c1": TH, "s/c2": Position.after("1")}) == {
         "s/c1": TH,
         "s/c2": Position.after("1"),
     }
     # not at its end yet: stays
-    assert "s/p" in retire_finished(listing, {"s/p": Position.after("1"), "s/c1": TH, "s/c2": TH})
+    assert "s/p" in retired(listing, {"s/p": Position.after("1"), "s/c1": TH, "s/c2": TH})
+
+
+def test_a_parent_that_ends_in_this_batch_stays_until_its_end_is_committed():
+    """Issue 14 item 1: a query that first starts after a split tracks parent and children
+    from its initial offset. When the probe sees the parent end, the parent must stay in the
+    end offset at SHARD_END (so the commit of that batch writes it to DynamoDB); it leaves the
+    offset in the next batch. Retired at once, its SHARD_END never reached DynamoDB."""
+    listing = {"s": SPLIT}
+    start = {"s/p": Position.after("99"), "s/c1": TH, "s/c2": TH}
+    end = {"s/p": END, "s/c1": TH, "s/c2": Position.after("150")}
+    assert retired(listing, end, committed=start) == end
+    assert retired(listing, end, committed=end) == {"s/c1": TH, "s/c2": Position.after("150")}
 
 
 def test_unlisted_shard_at_its_end_leaves_the_offset():
-    assert retire_finished({"s": SPLIT[1:]}, {"s/gone": END, "s/c1": TH}) == {"s/c1": TH}
+    assert retired({"s": SPLIT[1:]}, {"s/gone": END, "s/c1": TH}) == {"s/c1": TH}
 
 
 def test_offset_stays_bounded_over_many_reshards():
@@ -80,11 +97,12 @@ def test_offset_stays_bounded_over_many_reshards():
         todo = probe_starts({"s": shards}, positions)
         if not todo:
             break
+        committed = dict(positions)
         for (_, shard), pos in todo.items():
             closed = next(s for s in shards if s.shard_id == shard).is_closed
             positions[f"s/{shard}"] = END if closed else Position.after("5")
-        positions = retire_finished({"s": shards}, positions)
-        assert len(positions) <= 2
+        positions = retired({"s": shards}, positions, committed)
+        assert len(positions) <= 3
     assert positions == {"s/g50": Position.after("5")}
 
 
