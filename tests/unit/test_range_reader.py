@@ -135,7 +135,7 @@ def test_resume_that_lands_past_the_last_record_read_is_data_loss_not_a_silent_s
     """A resume after an expiry re-opens at the last record read and checks it is still
     there: records trimmed between two reads are reported, never skipped silently."""
     recs = log_of(30)
-    shard = FakeShard(recs)
+    shard = FakeShard(list(recs))
     fake = ExpiringAfter({"a": shard}, n=2)
     reader = RangeReader(fake, ShardRange("s", "a", Position.trim_horizon(), recs[-1][0]), 5)
     pages = reader.pages()
@@ -151,8 +151,8 @@ def test_resume_that_lands_past_the_last_record_read_is_data_loss_not_a_silent_s
 @pytest.mark.parametrize(
     "shard, end, cause",
     [
-        (FakeShard(log_of(5), closed=True), "9" * 60, "the closed shard ended"),
-        (FakeShard(log_of(5)), "9" * 60, "newest record"),
+        (FakeShard(log_of(5), closed=True), "9" * 60, "the shard ended"),
+        (FakeShard(log_of(5)), "9" * 60, "tip, its newest record"),
         (FakeShard([]), "9" * 60, "no record at or after the range's start"),
     ],
 )
