@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from .aws import AwsSettings
 from .checkpoints import CheckpointError, CheckpointStore, Snapshot, advances
-from .lineage import droppable
+from .lineage import droppable, superseded
 from .options import OptionError, SourceOptions, parse_initial_position
 from .planner import Planner
 from .positions import AFTER, Offset, Position, split_shard_key
@@ -256,7 +256,16 @@ class Checkpointer:
             self._writer = None
 
     def _moved(self, end: Offset) -> dict[str, Position]:
-        return {k: p for k, p in end.shards.items() if advances(p, self._stored.get(k))}
+        moved = {k: p for k, p in end.shards.items() if advances(p, self._stored.get(k))}
+        # A shard the offset holds as finished (listed, left the offset, a descendant in it)
+        # but DynamoDB holds short of its end: written by a release that retired shards before
+        # their end was committed. Its end is committed now, or a resume from DynamoDB after
+        # it expires would report its records lost.
+        short = [k for k, p in self._stored.items() if not p.is_shard_end and k not in end.shards]
+        if short:
+            finished = superseded(self._planner.listed(), set(end.shards))
+            moved.update({k: Position.shard_end() for k in short if k in finished})
+        return moved
 
     def _retired(self, end: Offset, moved: Mapping[str, Position]) -> list[str]:
         """Stored shards at ``SHARD_END`` that ``end`` no longer holds and that a resume from

@@ -88,16 +88,27 @@ def probe_starts(
 
 
 def retire_finished(
-    listing: Mapping[str, list[ShardInfo]], positions: Mapping[str, Position]
+    listing: Mapping[str, list[ShardInfo]],
+    positions: Mapping[str, Position],
+    committed: Mapping[str, Position],
 ) -> dict[str, Position]:
-    """``positions`` without the shards at ``SHARD_END`` whose children are all tracked, and
-    without shards at ``SHARD_END`` that are no longer listed."""
+    """``positions`` (a batch's end) without the shards at ``SHARD_END`` whose children are
+    all tracked, and without shards at ``SHARD_END`` that are no longer listed.
+
+    Only shards already at ``SHARD_END`` in ``committed`` (the batch's start) leave: a shard
+    that ends in this batch stays in its end offset, so the commit of the batch writes its
+    ``SHARD_END`` to DynamoDB (with its children tracked from the initial offset, it would
+    otherwise leave the offset before its end was ever committed, and a resume from DynamoDB
+    would find it unfinished)."""
     listed = {stream: {s.shard_id for s in shards} for stream, shards in listing.items()}
     children = {stream: _children(shards) for stream, shards in listing.items()}
     out = dict(positions)
     for key, pos in positions.items():
         stream, shard_id = split_shard_key(key)
-        if not pos.is_shard_end or stream not in listing:
+        before = committed.get(key)
+        if not pos.is_shard_end or before is None or not before.is_shard_end:
+            continue
+        if stream not in listing:
             continue
         kids = children[stream].get(shard_id, [])
         if shard_id not in listed[stream] or (

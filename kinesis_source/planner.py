@@ -307,7 +307,7 @@ class Planner:
                 # parents can leave it.
                 positions[key] = starts[(stream, shard_id)]
         self._lag = lag
-        return Offset(retire_finished(listing, positions))
+        return Offset(retire_finished(listing, positions, start.shards))
 
     async def _ends(
         self,
