@@ -5,11 +5,17 @@ One table, keyed by application: partition key ``app`` (= ``applicationName``), 
 - ``key = "meta"``: ``epoch`` (bumped by every claim and reset), ``owner``/``ownerHost``/
   ``claimedAt`` of the latest claimant, ``formatVersion``, ``streams`` (each stream's creation
   time, to detect a stream re-created under the same name), ``initialSpec`` (the initial position
-  in force) and ``resolved`` (that position resolved per shard, stored once so a restart before
-  the first commit starts at the same place).
+  in force) and ``initialId`` (which ``initial#NN`` items hold it resolved).
 - ``key = "shards#NN"`` (format 2), one of :data:`BUCKETS` buckets a shard falls in by a CRC32 of
   its offset key: ``positions`` (canonical JSON: offset key -> position, epoch, owner and time of
   that shard's last commit), ``version`` (bumped by every write), ``epoch``, ``committedAt``.
+- ``key = "initial#NN"`` (format 3), the same buckets for the initial position resolved per shard,
+  stored once so a restart before the first commit starts at the same place: ``positions``
+  (canonical JSON: offset key -> position), ``initialId``, ``epoch``. Only items whose
+  ``initialId`` is the meta item's are read, so a save or a reset cut short between transactions
+  never leaves a mix of two sets in force. Format 2 kept this offset inline in the meta item
+  (``resolved``), which capped an application at about 4,000 shards (400 KB); it is still read
+  when the meta item names no ``initialId``.
 - ``key = "shard#<stream>#<shardId>"``: format 1, one item per shard. Still read, and rewritten
   into buckets by :meth:`CheckpointStore.migrate`.
 
@@ -17,6 +23,10 @@ Every commit is one ``TransactWriteItems`` (more only past 99 buckets' worth or 
 ``ConditionCheck`` that the meta item still has the caller's epoch, and one ``Put`` per bucket
 holding a shard that advanced, conditional on the bucket's version being the one last read or
 written. So 1,000 positions take one call, not eleven, and fencing stays per transaction.
+
+Every format change bumps :data:`FORMAT_VERSION`, which :meth:`CheckpointStore.claim` writes: an
+older release refuses the application instead of misreading it (one before format 3 would not
+see the ``initial#NN`` items and resolve ``LATEST`` again, skipping records).
 """
 
 from __future__ import annotations
@@ -24,8 +34,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import uuid
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence, TypeVar
 
@@ -35,11 +46,12 @@ from .positions import AFTER, AT, SHARD_END, Offset, Position, split_shard_key
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 META_KEY = "meta"
 _SHARD_PREFIX = "shard#"  # format 1
 _BUCKET_PREFIX = "shards#"
-# Fixed for format 2 (changing it moves shards between items: a new format). 64 keeps a small
+_INITIAL_PREFIX = "initial#"  # format 3
+# Fixed since format 2 (changing it moves shards between items: a new format). 64 keeps a small
 # application's commit as small as before (one short item per shard) and a 1,000-shard commit
 # within one transaction.
 BUCKETS = 64
@@ -77,7 +89,17 @@ def offset_key_of(item_sort_key: str) -> str:
 def bucket_key(offset_key: str) -> str:
     """Sort key of the item holding a shard's position: ``shards#NN``, by CRC32 (stable across
     processes and Python versions, unlike ``hash``)."""
-    return f"{_BUCKET_PREFIX}{zlib.crc32(offset_key.encode()) % BUCKETS:02d}"
+    return f"{_BUCKET_PREFIX}{_bucket_number(offset_key):02d}"
+
+
+def initial_bucket_key(offset_key: str) -> str:
+    """Sort key of the item holding a shard's stored initial position: ``initial#NN``, ``NN``
+    as in its :func:`bucket_key`."""
+    return f"{_INITIAL_PREFIX}{_bucket_number(offset_key):02d}"
+
+
+def _bucket_number(offset_key: str) -> int:
+    return zlib.crc32(offset_key.encode()) % BUCKETS
 
 
 def order_key(pos: Position) -> str | None:
@@ -112,7 +134,12 @@ def _now() -> str:
 
 @dataclass(frozen=True)
 class Meta:
-    """The application's meta item."""
+    """The application's meta item.
+
+    ``resolved`` (the stored initial positions, None when none are stored) is complete only in
+    :meth:`CheckpointStore.snapshot`, which reads the ``initial#NN`` items named by
+    ``initial_id``; parsed from the meta item alone it holds only format 2's inline offset.
+    """
 
     epoch: int = 0
     owner: str | None = None
@@ -122,11 +149,12 @@ class Meta:
     streams: Mapping[str, str] = field(default_factory=dict)
     initial_spec: str | None = None
     resolved: Offset | None = None
+    initial_id: str | None = None
 
     @staticmethod
     def from_item(item: Mapping[str, Any]) -> "Meta":
         """Parse a meta item (as the resource-less client returns it, already plain)."""
-        resolved = item.get("resolved")
+        resolved = item.get("resolved")  # format 2
         return Meta(
             epoch=int(item.get("epoch", 0)),
             owner=item.get("owner"),
@@ -136,6 +164,7 @@ class Meta:
             streams=json.loads(item["streams"]) if item.get("streams") else {},
             initial_spec=item.get("initialSpec"),
             resolved=Offset.from_json(resolved) if resolved else None,
+            initial_id=item.get("initialId"),
         )
 
 
@@ -212,6 +241,8 @@ class CheckpointStore:
         # buckets from it. Fencing makes it exact: no one else writes while this epoch holds.
         self._known: dict[str, StoredShard] | None = None
         self._versions: dict[str, int] = {}  # bucket sort key -> version
+        # Sort keys of the initial#NN items, as last read or written (None: unknown).
+        self._initial_keys: set[str] | None = None
 
     @property
     def client(self) -> Any:
@@ -282,6 +313,8 @@ class CheckpointStore:
         legacy: dict[str, StoredShard] = {}
         legacy_keys = []
         versions: dict[str, int] = {}
+        initial: dict[str, dict[str, str]] = {}  # by initialId: offset key -> position
+        initial_keys = set()
         pages = self._client.get_paginator("query").paginate(
             TableName=self.table,
             KeyConditionExpression="app = :a",
@@ -298,6 +331,11 @@ class CheckpointStore:
                     versions[key] = int(item.get("version", 0))
                     for offset_key, entry in json.loads(item["positions"]).items():
                         shards[offset_key] = _entry_shard(entry)
+                elif key.startswith(_INITIAL_PREFIX):
+                    initial_keys.add(key)
+                    initial.setdefault(item.get("initialId", ""), {}).update(
+                        json.loads(item["positions"])
+                    )
                 elif key.startswith(_SHARD_PREFIX):
                     legacy_keys.append(key)
                     legacy[offset_key_of(key)] = StoredShard(
@@ -308,12 +346,20 @@ class CheckpointStore:
                     )
         if meta is not None and meta.format_version > FORMAT_VERSION:
             raise self._newer_format(meta.format_version)
+        if meta is not None and meta.initial_id is not None:
+            # The set the meta item names wins over format 2's inline offset, and items of any
+            # other set (a save or a reset cut short) are not read.
+            stored = initial.get(meta.initial_id, {})
+            meta = replace(
+                meta, resolved=Offset({k: Position.parse(p) for k, p in stored.items()})
+            )
         for offset_key, old in legacy.items():
             # A migration cut short leaves both: the further one is the commit.
             if offset_key not in shards or advances(old.position, shards[offset_key].position):
                 shards[offset_key] = old
         self._known = dict(shards)
         self._versions = versions
+        self._initial_keys = initial_keys
         return Snapshot(meta, shards, frozenset(legacy_keys))
 
     def _newer_format(self, version: int) -> CheckpointError:
@@ -385,16 +431,57 @@ class CheckpointStore:
     def save_initial(
         self, epoch: int, spec: str, resolved: Offset, streams: Mapping[str, str]
     ) -> None:
-        """Store the initial position in force, resolved, with the streams' identities."""
-        self._update_meta(
-            epoch,
-            "SET initialSpec = :s, resolved = :r, streams = :st",
-            {
-                ":s": {"S": spec},
-                ":r": {"S": resolved.to_json()},
-                ":st": {"S": json.dumps(dict(streams), sort_keys=True)},
-            },
-        )
+        """Store the initial position in force, resolved per shard into ``initial#NN`` items,
+        with the streams' identities, replacing what was stored before; fenced.
+
+        The meta item names the new items (``initialId``) in the last transaction, so readers
+        see the whole new set or what was there before. Up to about 35,000 shards that is a
+        single transaction; past it, a failure midway can leave an earlier set partly
+        overwritten (the source saves only where none is stored, so it never has one).
+        """
+        set_id = uuid.uuid4().hex
+        stream_names = {split_shard_key(k)[0] for k in resolved.shards}
+        grouped: dict[str, dict[str, str]] = {}
+        for key, pos in resolved.shards.items():
+            grouped.setdefault(initial_bucket_key(key), {})[key] = pos.to_str()
+        writes = []
+        for bucket in sorted(grouped):
+            body = json.dumps(grouped[bucket], sort_keys=True, separators=(",", ":"))
+            if len(body) > _MAX_ITEM_BYTES:
+                raise CheckpointError(
+                    f"The initial positions of the {self._where()} do not fit DynamoDB items "
+                    f"({len(resolved.shards)} shards in {len(stream_names)} stream(s); item "
+                    f"{bucket} would hold {len(body)} bytes): read fewer streams per "
+                    "application, giving each group of streams its own 'applicationName'"
+                )
+            item = {
+                **self._key(bucket),
+                "positions": {"S": body},
+                "initialId": {"S": set_id},
+                "epoch": {"N": str(epoch)},
+            }
+            writes.append((bucket, {"Put": {"TableName": self.table, "Item": item}}, len(body)))
+        for key in sorted(self._initial_keys_now() - set(grouped)):
+            writes.append((key, {"Delete": {"TableName": self.table, "Key": self._key(key)}}, 0))
+        update = {
+            "Update": {
+                "TableName": self.table,
+                "Key": self._key(META_KEY),
+                "UpdateExpression": (
+                    "SET initialSpec = :s, streams = :st, initialId = :i REMOVE resolved"
+                ),
+                "ConditionExpression": "epoch = :e",
+                "ExpressionAttributeValues": {
+                    ":s": {"S": spec},
+                    ":st": {"S": json.dumps(dict(streams), sort_keys=True)},
+                    ":i": {"S": set_id},
+                    ":e": {"N": str(epoch)},
+                },
+            }
+        }
+        self._initial_keys = None  # unknown until done: a failure midway leaves some written
+        self._fenced_writes(epoch, writes, meta_update=update)
+        self._initial_keys = set(grouped)
 
     @_names_the_table
     def save_streams(self, epoch: int, streams: Mapping[str, str]) -> None:
@@ -485,6 +572,12 @@ class CheckpointStore:
         assert self._known is not None
         return self._known
 
+    def _initial_keys_now(self) -> set[str]:
+        if self._initial_keys is None:
+            self.snapshot()
+        assert self._initial_keys is not None
+        return self._initial_keys
+
     def _write_buckets(
         self,
         epoch: int,
@@ -557,9 +650,14 @@ class CheckpointStore:
         epoch: int,
         writes: list[tuple[str, dict, int]],
         written: Callable[[list[str]], None] = lambda names: None,
+        meta_update: Mapping[str, Any] | None = None,
     ) -> int:
         """Run ``(name, operation, bytes)`` writes in transactions within DynamoDB's limits,
-        each with the epoch check; ``written`` hears the names of each transaction done."""
+        each with the epoch check; ``written`` hears the names of each transaction done.
+
+        ``meta_update`` (an ``Update`` of the meta item, conditional on ``epoch``) takes the
+        check's place in the last transaction: a transaction may not touch an item twice, and
+        so the meta item changes with the last writes or not at all."""
         check = {
             "ConditionCheck": {
                 "TableName": self.table,
@@ -568,12 +666,16 @@ class CheckpointStore:
                 "ExpressionAttributeValues": {":e": {"N": str(epoch)}},
             }
         }
+        chunks = _transactions(writes)
+        if meta_update is not None and not chunks:
+            chunks = [[]]
         calls = 0
-        for chunk in _transactions(writes):
+        for n, chunk in enumerate(chunks):
             names = [name for name, _, _ in chunk]
+            fence = meta_update if meta_update is not None and n == len(chunks) - 1 else check
             try:
                 self._client.transact_write_items(
-                    TransactItems=[check, *(op for _, op, _ in chunk)]
+                    TransactItems=[fence, *(op for _, op, _ in chunk)]
                 )
             except ClientError as exc:
                 if _code(exc) != "TransactionCanceledException":
@@ -605,14 +707,18 @@ class CheckpointStore:
         forget committed positions, and store ``spec`` for the next query to resolve."""
         meta = self.claim(owner=f"reset by {by}", host=by)
         # The streams' identities go too: a reset is how a re-created stream is accepted.
+        # Removing initialId retires the initial#NN items at once; deleting them below only
+        # tidies, so a reset cut short never leaves the old initial positions in force.
         self._update_meta(
-            meta.epoch, "SET initialSpec = :s REMOVE resolved, streams", {":s": {"S": spec}}
+            meta.epoch,
+            "SET initialSpec = :s REMOVE resolved, streams, initialId",
+            {":s": {"S": spec}},
         )
         snap = self.snapshot()
-        keys = sorted(self._versions) + sorted(snap.legacy)
+        keys = sorted(self._versions) + sorted(self._initial_keys_now()) + sorted(snap.legacy)
         deletes = [(k, {"Delete": {"TableName": self.table, "Key": self._key(k)}}, 0) for k in keys]
         self._fenced_writes(meta.epoch, deletes)
-        self._known, self._versions = {}, {}
+        self._known, self._versions, self._initial_keys = {}, {}, set()
         return meta
 
     def _key(self, sort_key: str) -> dict[str, dict[str, str]]:

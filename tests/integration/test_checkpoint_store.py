@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
 
+from kinesis_source import checkpoints
 from kinesis_source.checkpoints import (
     FORMAT_VERSION,
     CheckpointError,
@@ -13,10 +15,12 @@ from kinesis_source.checkpoints import (
     CheckpointStore,
     CheckpointTableError,
     bucket_key,
+    initial_bucket_key,
     item_key,
     order_key,
 )
 from kinesis_source.positions import Offset, Position
+from tests.support.cli import cli
 
 SEQ = "49590338271490256608559692538361571095921575989136588898"
 
@@ -210,6 +214,177 @@ def test_initial_position_is_stored_once_resolved(store):
     meta = store.snapshot().meta
     assert meta.initial_spec == "LATEST" and meta.resolved == resolved
     assert meta.streams == {"s": "2026-01-01T00:00:00.000+00:00"}
+
+
+def many_resolved(n):
+    """Initial positions as LATEST resolves them over n shards: after each tip, or at
+    TRIM_HORIZON for an empty shard."""
+    return Offset({
+        f"s/shardId-{i:012d}": (
+            Position.trim_horizon() if i % 10 == 0 else Position.after(f"{SEQ[:-6]}{i:06d}")
+        )
+        for i in range(n)
+    })
+
+
+def sort_keys(store, prefix):
+    items = store.client.get_paginator("query").paginate(
+        TableName=store.table, KeyConditionExpression="app = :a",
+        ExpressionAttributeValues={":a": {"S": store.app}},
+    ).build_full_result()["Items"]
+    return {i["key"]["S"] for i in items if i["key"]["S"].startswith(prefix)}
+
+
+def reread(store):
+    """What a restarted query's new store reads."""
+    return CheckpointStore(store.client, store.table, store.app).snapshot()
+
+
+def raw_meta(store):
+    return store.client.get_item(
+        TableName=store.table, Key={"app": {"S": store.app}, "key": {"S": "meta"}},
+        ConsistentRead=True,
+    )["Item"]
+
+
+def test_5000_initial_positions_are_stored_in_buckets_and_read_back_whole(store):
+    epoch = store.claim("o", "h").epoch
+    resolved = many_resolved(5000)  # 425 KB as one offset: over DynamoDB's item limit
+    sent = transactions(store)
+    store.save_initial(epoch, "LATEST", resolved, {"s": "t0"})
+    assert len(sent) == 1  # the meta update and every bucket in one transaction
+    meta = reread(store).meta
+    assert meta.resolved == resolved and meta.initial_spec == "LATEST"
+    assert meta.streams == {"s": "t0"}
+    assert "resolved" not in raw_meta(store)
+    assert sort_keys(store, "initial#") == {initial_bucket_key(k) for k in resolved.shards}
+    # saving again replaces the set completely: buckets left empty are deleted
+    fewer = Offset({k: resolved.shards[k] for k in list(resolved.shards)[:3]})
+    store.save_initial(epoch, "TRIM_HORIZON", fewer, {"s": "t0"})
+    assert reread(store).meta.resolved == fewer
+    assert sort_keys(store, "initial#") == {initial_bucket_key(k) for k in fewer.shards}
+
+
+def test_initial_positions_too_large_for_an_item_are_refused_naming_what_to_do(store):
+    epoch = store.claim("o", "h").epoch
+    bucket = initial_bucket_key("s/k0")
+    keys = []
+    i = 0
+    while len(keys) < 5200:  # about 400 KB in one bucket
+        if initial_bucket_key(f"s/k{i}") == bucket:
+            keys.append(f"s/k{i}")
+        i += 1
+    with pytest.raises(CheckpointError) as err:
+        store.save_initial(epoch, "LATEST", Offset({k: Position.after(SEQ) for k in keys}), {})
+    message = str(err.value)
+    assert store.app in message and store.table in message and "applicationName" in message
+    assert store.snapshot().meta.resolved is None and sort_keys(store, "initial#") == set()
+
+
+def test_saving_initial_positions_is_fenced(store):
+    epoch = store.claim("o", "h").epoch
+    store.claim("other", "h2")
+    with pytest.raises(CheckpointFencedError):
+        store.save_initial(epoch, "LATEST", many_resolved(10), {"s": "t0"})
+    assert store.snapshot().meta.resolved is None and sort_keys(store, "initial#") == set()
+
+
+def test_a_save_cut_short_between_transactions_is_not_read(store, monkeypatch):
+    epoch = store.claim("o", "h").epoch
+    monkeypatch.setattr(checkpoints, "_MAX_TRANSACT_BYTES", 50_000)  # ~10 transactions
+    calls = []
+
+    def fail_the_third(**_):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("driver died")
+
+    event = "before-call.dynamodb.TransactWriteItems"
+    store.client.meta.events.register(event, fail_the_third)
+    try:
+        with pytest.raises(RuntimeError):
+            store.save_initial(epoch, "LATEST", many_resolved(5000), {"s": "t0"})
+    finally:
+        store.client.meta.events.unregister(event, fail_the_third)
+    assert sort_keys(store, "initial#")  # two transactions' worth were written ...
+    assert store.snapshot().meta.resolved is None  # ... and are not in force
+    resolved = many_resolved(40)
+    store.save_initial(epoch, "LATEST", resolved, {"s": "t0"})
+    assert reread(store).meta.resolved == resolved
+    assert sort_keys(store, "initial#") == {initial_bucket_key(k) for k in resolved.shards}
+
+
+def test_reset_deletes_the_stored_initial_positions(store):
+    epoch = store.claim("o", "h").epoch
+    store.commit(epoch, "o", {"s/shardId-000000000001": Position.after("5")})
+    store.save_initial(epoch, "LATEST", many_resolved(5000), {"s": "t0"})
+    store.reset("TRIM_HORIZON", by="tester")
+    snap = reread(store)
+    assert snap.meta.resolved is None and snap.shards == {}
+    assert snap.meta.initial_spec == "TRIM_HORIZON"
+    assert sort_keys(store, "initial#") == set() and sort_keys(store, "shards#") == set()
+
+
+def test_export_and_reset_of_the_cli_see_all_5000_initial_positions(store, tmp_path):
+    epoch = store.claim("o", "h").epoch
+    resolved = many_resolved(5000)
+    store.save_initial(epoch, "LATEST", resolved, {"s": "t0"})
+    committed = {"s/shardId-000000000001": Position.after("5"), "s/new": Position.shard_end()}
+    store.commit(epoch, "o", committed)
+    where = ["--app", store.app, "--table", store.table]
+    where += ["--endpoint-url", store.client.meta.endpoint_url]
+    exported = tmp_path / "positions.json"
+    cli("checkpoints", "export", *where, "-o", str(exported))
+    want = {k: p.to_str() for k, p in {**resolved.shards, **committed}.items()}
+    assert json.loads(exported.read_text()) == want
+    cli("checkpoints", "reset", *where, "--to", "TRIM_HORIZON", "--yes")
+    snap = reread(store)
+    assert snap.meta.resolved is None and snap.shards == {}
+    assert snap.meta.initial_spec == "TRIM_HORIZON" and sort_keys(store, "initial#") == set()
+
+
+def put_format_2_meta(store, epoch, resolved):
+    """The meta item as kinesis-ddb with checkpoint format 2 wrote it: the initial positions
+    inline, as one offset JSON."""
+    store.client.put_item(TableName=store.table, Item={
+        "app": {"S": store.app}, "key": {"S": "meta"}, "epoch": {"N": str(epoch)},
+        "owner": {"S": "old"}, "ownerHost": {"S": "old-host"}, "formatVersion": {"N": "2"},
+        "initialSpec": {"S": "LATEST"}, "resolved": {"S": resolved.to_json()},
+        "streams": {"S": '{"s": "t0"}'},
+    })
+
+
+def test_format_2_inline_initial_positions_are_still_read(store):
+    inline = many_resolved(50)
+    put_format_2_meta(store, 6, inline)
+    assert store.snapshot().meta.resolved == inline
+    epoch = store.claim("new", "h").epoch
+    assert epoch == 7
+    snap = reread(store)
+    assert snap.meta.resolved == inline and snap.meta.format_version == FORMAT_VERSION
+    assert snap.meta.initial_spec == "LATEST" and snap.meta.streams == {"s": "t0"}
+    # once saved in buckets, the buckets are read, even next to an inline offset
+    bucketed = many_resolved(5)
+    store.save_initial(epoch, "TRIM_HORIZON", bucketed, {"s": "t0"})
+    store.client.update_item(
+        TableName=store.table, Key={"app": {"S": store.app}, "key": {"S": "meta"}},
+        UpdateExpression="SET resolved = :r",
+        ExpressionAttributeValues={":r": {"S": inline.to_json()}},
+    )
+    assert reread(store).meta.resolved == bucketed
+
+
+def test_the_previous_format_refuses_an_application_written_in_format_3(store, monkeypatch):
+    assert FORMAT_VERSION == 3
+    epoch = store.claim("o", "h").epoch
+    store.save_initial(epoch, "LATEST", many_resolved(10), {"s": "t0"})
+    monkeypatch.setattr(checkpoints, "FORMAT_VERSION", 2)  # the release before this one
+    old = CheckpointStore(store.client, store.table, store.app)
+    with pytest.raises(CheckpointError) as err:
+        old.claim("old", "h2")
+    assert "format 3" in str(err.value) and "upgrade kinesis-ddb" in str(err.value)
+    meta = old.snapshot_meta()
+    assert (meta.epoch, meta.owner, meta.format_version) == (epoch, "o", 3)
 
 
 def test_reset_fences_forgets_positions_and_stores_the_new_start(store):

@@ -83,3 +83,54 @@ def test_transactions_respect_dynamodb_item_and_size_limits():
     assert all(sum(w[2] for w in c) <= _MAX_TRANSACT_BYTES for c in chunks)
     assert [w for c in chunks for w in c] == big  # in order, none lost
     assert len(chunks) == 3
+
+
+def test_initial_buckets_are_numbered_as_the_position_buckets():
+    from kinesis_source.checkpoints import bucket_key, initial_bucket_key
+
+    for i in range(200):
+        key = f"s/shardId-{i:012d}"
+        assert initial_bucket_key(key) == "initial#" + bucket_key(key).removeprefix("shards#")
+
+
+class RecordingClient:
+    """Just enough of a DynamoDB client to see the transactions a store sends."""
+
+    def __init__(self):
+        self.transactions = []
+
+    def transact_write_items(self, TransactItems):
+        self.transactions.append(TransactItems)
+        return {}
+
+
+def test_the_meta_item_names_the_initial_positions_only_in_the_last_transaction(monkeypatch):
+    import json
+
+    from kinesis_source import checkpoints
+    from kinesis_source.checkpoints import CheckpointStore, initial_bucket_key
+    from kinesis_source.positions import Offset
+
+    monkeypatch.setattr(checkpoints, "_MAX_TRANSACT_BYTES", 5_000)
+    client = RecordingClient()
+    store = CheckpointStore(client, "t", "app")
+    stale = "initial#99"  # an item of an earlier set, as the last snapshot saw it
+    store._initial_keys = {stale}
+    resolved = Offset({f"s/shardId-{i:012d}": Position.after(SEQ) for i in range(300)})
+    store.save_initial(7, "LATEST", resolved, {"s": "t0"})
+
+    *earlier, last = client.transactions
+    assert earlier, "expected several transactions"
+    assert all("ConditionCheck" in t[0] for t in earlier)  # fenced, the meta item untouched
+    update = last[0]["Update"]
+    assert update["ConditionExpression"] == "epoch = :e"
+    assert update["ExpressionAttributeValues"][":e"] == {"N": "7"}
+    set_id = update["ExpressionAttributeValues"][":i"]["S"]
+    ops = [op for t in client.transactions for op in t[1:]]
+    puts = [op["Put"]["Item"] for op in ops if "Put" in op]
+    assert {p["initialId"]["S"] for p in puts} == {set_id}
+    stored = {k: v for p in puts for k, v in json.loads(p["positions"]["S"]).items()}
+    assert stored == {k: p.to_str() for k, p in resolved.shards.items()}
+    assert {p["key"]["S"] for p in puts} == {initial_bucket_key(k) for k in resolved.shards}
+    assert [op["Delete"]["Key"]["key"]["S"] for op in ops if "Delete" in op] == [stale]
+    assert store._initial_keys == {p["key"]["S"] for p in puts}
