@@ -38,7 +38,10 @@ from .kinesis import (
     NOT_FOUND,
     KinesisSourceError,
     RangeCursor,
+    ShardNotFoundError,
     error_code,
+    missing_shard_or_stream,
+    report_shard_gone,
     stream_must_exist,
 )
 from .positions import Position, ShardRange
@@ -256,6 +259,7 @@ class SubscribeRangeReader:
         self._retry_wait_s = retry_wait_s
         self._max_wait_s = max_wait_s
         self._cursor = RangeCursor(rng, fail_on_data_loss, mode="EFO")
+        self._fail_on_data_loss = fail_on_data_loss
         self._stream: Any = None  # the current subscription's EventStream
         self._events: Iterator[dict] | None = None
         self._got_event = False
@@ -287,12 +291,25 @@ class SubscribeRangeReader:
                 StartingPosition=starting_position(position),
             )
         except ClientError as exc:
+            if error_code(exc) != NOT_FOUND:
+                raise
+            if self._consumer_exists():
+                missing = missing_shard_or_stream(self._client, rng.stream, rng.shard_id, exc)
+                if isinstance(missing, ShardNotFoundError):
+                    raise missing from exc
+            raise KinesisSourceError(
+                f"Cannot subscribe to {rng.stream}/{rng.shard_id} with EFO consumer "
+                f"{self._consumer_arn}: the stream or the consumer was not found ({exc})"
+            ) from exc
+
+    def _consumer_exists(self) -> bool:
+        try:
+            self._client.describe_stream_consumer(ConsumerARN=self._consumer_arn)
+        except ClientError as exc:
             if error_code(exc) == NOT_FOUND:
-                raise KinesisSourceError(
-                    f"Cannot subscribe to {rng.stream}/{rng.shard_id} with EFO consumer "
-                    f"{self._consumer_arn}: the stream, shard or consumer was not found ({exc})"
-                ) from exc
+                return False
             raise
+        return True
 
     def _close(self) -> None:
         stream, self._stream, self._events = self._stream, None, None
@@ -346,9 +363,16 @@ class SubscribeRangeReader:
         its end; raise :class:`RangeIncompleteError` if the shard ends or its tip is reached
         first."""
         cursor = self._cursor
+        rng = self._range
         try:
             while True:
-                event = self._next_event()
+                try:
+                    event = self._next_event()
+                except ShardNotFoundError:
+                    report_shard_gone(
+                        rng.stream, rng.shard_id, cursor.position, self._fail_on_data_loss
+                    )
+                    return
                 if event is None:
                     continue
                 raw = event.get("Records") or []

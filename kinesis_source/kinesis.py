@@ -88,6 +88,30 @@ def report_data_loss(
     log.warning("%s Going on (failOnDataLoss=false).", message)
 
 
+class ShardNotFoundError(KinesisSourceError):
+    """The stream exists but no longer has the shard (expired past the stream's retention, or
+    its stream was re-created meanwhile): raised by the clients, and turned into a data-loss
+    report by :func:`report_shard_gone` where the position being read is known."""
+
+    def __init__(self, stream: str, shard_id: str) -> None:
+        super().__init__(f"Kinesis stream '{stream}' has no shard '{shard_id}'")
+        self.stream = stream
+        self.shard_id = shard_id
+
+
+def report_shard_gone(stream: str, shard_id: str, position: Position, fail: bool) -> None:
+    """A tracked shard is gone while records after ``position`` were still to be read: raise
+    :class:`DataLossError` (``failOnDataLoss=true``) or log a warning and go on without it."""
+    message = (
+        f"Kinesis stream '{stream}' no longer has shard '{shard_id}', which was read only up to "
+        f"{position}: its unread records are lost (the shard expired past the stream's "
+        "retention, or was deleted)."
+    )
+    if fail:
+        raise DataLossError(f"{message} Set option failOnDataLoss=false to go on without it.")
+    log.warning("%s Going on without it (failOnDataLoss=false).", message)
+
+
 def error_code(exc: BaseException) -> str | None:
     """The AWS error code of a botocore ``ClientError``, else None."""
     if isinstance(exc, ClientError):
@@ -183,6 +207,19 @@ def stream_must_exist(stream: str) -> Iterator[None]:
                 "and option 'region'/'endpointUrl'"
             ) from exc
         raise
+
+
+def missing_shard_or_stream(client: Any, stream: str, shard_id: str, exc: ClientError) -> Exception:
+    """What a ``ResourceNotFoundException`` from a call about one shard means: the shard is
+    gone (:class:`ShardNotFoundError`) when the stream still exists, else the stream is missing
+    (the error that names option 'streamName'). One ``DescribeStreamSummary`` tells them apart;
+    it is made only on this error path."""
+    try:
+        with stream_must_exist(stream):
+            client.describe_stream_summary(StreamName=stream)
+    except KinesisSourceError as missing:
+        return missing
+    return ShardNotFoundError(stream, shard_id)
 
 
 class RangeCursor:
@@ -290,6 +327,7 @@ class RangeReader:
         self._range = rng
         self._limit = limit
         self._cursor = RangeCursor(rng, fail_on_data_loss)
+        self._fail_on_data_loss = fail_on_data_loss
         self._iterator: str | None = None
         self.calls = 0
         self.expiries = 0
@@ -315,10 +353,14 @@ class RangeReader:
     def _get_iterator(self, position: Position) -> str:
         rng = self._range
         self.calls += 1
-        with stream_must_exist(rng.stream):
+        try:
             resp = self._client.get_shard_iterator(
                 StreamName=rng.stream, ShardId=rng.shard_id, **position.iterator_args()
             )
+        except ClientError as exc:
+            if error_code(exc) != NOT_FOUND:
+                raise
+            raise missing_shard_or_stream(self._client, rng.stream, rng.shard_id, exc) from exc
         return resp["ShardIterator"]
 
     def _new_iterator(self) -> str:
@@ -333,7 +375,12 @@ class RangeReader:
         """Yield the range's records in order, a page at a time, and nothing past its end."""
         cursor = self._cursor
         while True:
-            page = self._fetch()
+            try:
+                page = self._fetch()
+            except ShardNotFoundError:
+                rng = self._range
+                report_shard_gone(rng.stream, rng.shard_id, cursor.position, self._fail_on_data_loss)
+                return
             self._iterator = page.next_iterator
             out, done = cursor.take(page.records)
             if out:
@@ -378,12 +425,20 @@ class AsyncKinesis:
         return created.astimezone(timezone.utc).isoformat(timespec="milliseconds")
 
     async def iterator(self, stream: str, shard_id: str, position: Position) -> str:
-        """A shard iterator at ``position``."""
+        """A shard iterator at ``position``; :class:`ShardNotFoundError` if the stream no
+        longer has the shard."""
         self.calls += 1
-        with stream_must_exist(stream):
+        try:
             resp = await self._client.get_shard_iterator(
                 StreamName=stream, ShardId=shard_id, **position.iterator_args()
             )
+        except ClientError as exc:
+            if error_code(exc) != NOT_FOUND:
+                raise
+            self.calls += 1
+            with stream_must_exist(stream):
+                await self._client.describe_stream_summary(StreamName=stream)
+            raise ShardNotFoundError(stream, shard_id) from exc
         return resp["ShardIterator"]
 
     async def page(self, iterator: str, limit: int) -> Page:

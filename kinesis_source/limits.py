@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from . import kpl
-from .kinesis import AsyncKinesis, Page
+from .kinesis import AsyncKinesis, Page, ShardNotFoundError, report_shard_gone
 from .positions import AFTER, Position, seq_key
 from .probe import MAX_EMPTY_HOPS, ProbeResult, TailProber
 
@@ -48,6 +48,7 @@ class _Cursor:
     exhausted: bool = False  # nothing more to read for this batch
     beyond_cap: bool = False  # records after ``cap`` were seen (and left alone)
     gap: bool = False  # stopped on empty pages while behind the tip: records may follow
+    gone: bool = False  # the stream no longer has the shard
     end: str | None = None  # last record allocated
     taken: int = 0  # user records allocated
     behind_ms: int = 0
@@ -135,7 +136,12 @@ class BudgetPlanner:
         limit = max(1, min(self._page_limit, want))
         for _ in range(MAX_EMPTY_HOPS + 1):
             if not cur.opened:
-                page = await self._prober.first_page(stream, shard, cur.start, limit)
+                try:
+                    page = await self._prober.first_page(stream, shard, cur.start, limit)
+                except ShardNotFoundError:
+                    report_shard_gone(stream, shard, cur.start, self._prober.fail_on_data_loss)
+                    cur.gone = cur.exhausted = True
+                    return
                 cur.opened = True
                 cur.behind_ms = page.behind_ms
             else:
@@ -164,4 +170,4 @@ def _result(cur: _Cursor) -> ProbeResult:
     if cur.end is not None:
         return ProbeResult(tip=cur.end, behind_ms=cur.behind_ms)
     ended = cur.opened and cur.iterator is None and not cur.buffer and not cur.beyond_cap
-    return ProbeResult(ended=ended, behind_ms=cur.behind_ms, pending=cur.gap)
+    return ProbeResult(ended=ended, behind_ms=cur.behind_ms, pending=cur.gap, gone=cur.gone)

@@ -27,11 +27,13 @@ from .kinesis import (
     INVALID_ARGUMENT,
     AsyncKinesis,
     Page,
+    ShardNotFoundError,
     arrival_seconds,
     check_opening,
-    report_data_loss,
     error_code,
     opening_position,
+    report_data_loss,
+    report_shard_gone,
 )
 from .positions import Position, seq_key
 
@@ -65,6 +67,7 @@ class ProbeResult:
     # Only empty pages were read, still behind the tip: records may lie further on. The
     # iterator after those pages is kept, so the next probe goes on from there.
     pending: bool = False
+    gone: bool = False  # the stream no longer has the shard (reported as failOnDataLoss says)
 
 
 class TailProber:
@@ -75,7 +78,7 @@ class TailProber:
     ) -> None:
         self._kinesis = kinesis
         self._page_limit = page_limit
-        self._fail_on_data_loss = fail_on_data_loss
+        self.fail_on_data_loss = fail_on_data_loss
         # (stream, shard) -> (position string, iterator at that position, monotonic time)
         self._continuations: dict[tuple[str, str], tuple[str, str, float]] = {}
 
@@ -105,7 +108,17 @@ class TailProber:
         self, stream: str, shard: str, start: Position, cap: str | None = None
     ) -> ProbeResult:
         """The newest record after ``start`` in one shard (or that there is none); with
-        ``cap``, the newest record not after the sequence number ``cap``."""
+        ``cap``, the newest record not after the sequence number ``cap``. A shard the stream no
+        longer has fails the probe, or with ``failOnDataLoss=false`` is reported ``gone``."""
+        try:
+            return await self._probe(stream, shard, start, cap)
+        except ShardNotFoundError:
+            report_shard_gone(stream, shard, start, self.fail_on_data_loss)
+            return ProbeResult(gone=True)
+
+    async def _probe(
+        self, stream: str, shard: str, start: Position, cap: str | None
+    ) -> ProbeResult:
         k = self._kinesis
         page = await self.first_page(stream, shard, start, 1)
         hops = 0
@@ -165,7 +178,7 @@ class TailProber:
         return page
 
     def _lost(self, stream: str, shard: str, start: Position, landed: str | None) -> None:
-        report_data_loss(stream, shard, start, landed, self._fail_on_data_loss)
+        report_data_loss(stream, shard, start, landed, self.fail_on_data_loss)
 
     async def _read_to_tip(self, iterator: str | None) -> tuple[str | None, str | None]:
         """Read pages until the tip; return the last sequence number and the iterator after it."""

@@ -12,7 +12,7 @@ from kinesis_source.positions import Position, ShardRange
 from tests.support.committed import wait_committed
 from tests.support.producer import Producer
 from tests.support.proxy import THROTTLED, FaultProxy
-from tests.support.spark_query import failure_of, running
+from tests.support.spark_query import Collector, failure_of, running
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -83,3 +83,53 @@ def test_trimmed_position_fails_or_goes_on_as_configured(
             wait_for(lambda: sink.count() >= 30, timeout=90, what="the records left")
             assert query.isActive
     assert [r.seq for r in sink.rows()] == [p.seq for p in later[20:]]
+
+
+def test_shard_gone_since_the_listing_is_data_loss_as_failOnDataLoss_says(
+    spark, kinesis, kinesis_backend, make_stream, source_options, tmp_path
+):
+    """Issue 14 item 8: a shard that expired between ListShards and GetShardIterator was
+    reported as "stream not found" (check option 'streamName') and failed the query whatever
+    failOnDataLoss said, on the driver's probe and on every replay of a planned batch."""
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    sent = producer.put(60)
+    gone, kept = sorted({p.shard_id for p in sent})
+    with FaultProxy(kinesis_backend) as proxy:
+        options = {**source_options, "streamName": stream, "endpointUrl": proxy.url}
+        # Batch 0 is planned and written to Spark's offset log, then the sink fails it.
+        sink = Collector(fail_batches={0})
+        with running(spark, options, tmp_path / "ck", sink) as (query, _):
+            wait_for(lambda: not query.isActive, timeout=90, what="batch 0 to fail in the sink")
+        assert len(sink.batches(0)) == 1 and len(sink.batches(0)[0]) == 60
+        proxy.expire(stream, gone, listed=True)  # still listed: gone only for GetShardIterator
+
+        # The replay of batch 0 reads the gone shard's planned range: data loss, named.
+        message = failure_of(spark, options, tmp_path / "ck")
+        assert f"Kinesis stream '{stream}' no longer has shard '{gone}'" in message
+        assert "failOnDataLoss=false" in message
+        assert "option 'streamName'" not in message
+
+        lenient = {**options, "failOnDataLoss": "false"}
+        replay = Collector()
+        with running(spark, lenient, tmp_path / "ck", replay) as (query, _):
+            wait_for(lambda: replay.batches(0), timeout=90, what="the replay of batch 0")
+            later = producer.put(20, hash_key=_hash_key_of(kinesis, stream, kept))
+            want = len([p for p in sent if p.shard_id == kept]) + len(later)
+            wait_for(lambda: replay.count() >= want, timeout=90, what="the kept shard's records")
+            assert query.isActive
+    assert [r.seq for r in replay.batches(0)[0]] == [p.seq for p in sent if p.shard_id == kept]
+    assert [r.seq for r in replay.rows()] == [p.seq for p in sent + later if p.shard_id == kept]
+
+    # On the driver: a new query whose first probe meets the gone shard.
+    with FaultProxy(kinesis_backend) as proxy:
+        proxy.expire(stream, gone, listed=True)
+        options = {**source_options, "streamName": stream, "endpointUrl": proxy.url}
+        message = failure_of(spark, options, tmp_path / "ck2")
+        assert f"Kinesis stream '{stream}' no longer has shard '{gone}'" in message
+        assert "option 'streamName'" not in message
+
+
+def _hash_key_of(kinesis, stream, shard_id):
+    shards = kinesis.list_shards(StreamName=stream)["Shards"]
+    return next(s["HashKeyRange"]["StartingHashKey"] for s in shards if s["ShardId"] == shard_id)

@@ -104,6 +104,12 @@ class FakeKinesis:
             out["NextShardIterator"] = f"{shard_id}|{nxt}|0"
         return out
 
+    def describe_stream_summary(self, StreamName):
+        self.calls.append("DescribeStreamSummary")
+        if StreamName != self.stream:
+            raise _error("ResourceNotFoundException")
+        return {"StreamDescriptionSummary": {"StreamName": StreamName, "StreamStatus": "ACTIVE"}}
+
     def list_shards(self, StreamName, **kw):
         self.calls.append("ListShards")
         return {"Shards": [{"ShardId": s, "SequenceNumberRange": {}} for s in self.shards]}
@@ -120,6 +126,9 @@ class AsyncFake:
 
     async def get_records(self, **kw):
         return self.fake.get_records(**kw)
+
+    async def describe_stream_summary(self, **kw):
+        return self.fake.describe_stream_summary(**kw)
 
     async def list_shards(self, **kw):
         return self.fake.list_shards(**kw)

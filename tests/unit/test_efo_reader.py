@@ -86,3 +86,26 @@ def test_range_past_the_tip_fails_naming_the_tip():
     subs = FakeSubscriptions(FakeKinesis({"a": FakeShard(recs)}), per_event=10)
     with pytest.raises(RangeIncompleteError, match="tip, its newest record being"):
         read(subs, ShardRange("s", "a", Position.trim_horizon(), "9" * 60))
+
+
+class Described(FakeSubscriptions):
+    """Also answers DescribeStreamConsumer / DescribeStreamSummary, like the real service."""
+
+    def describe_stream_consumer(self, ConsumerARN):
+        return {"ConsumerDescription": {"ConsumerARN": ConsumerARN, "ConsumerStatus": "ACTIVE"}}
+
+    def describe_stream_summary(self, StreamName):
+        return self.fake.describe_stream_summary(StreamName=StreamName)
+
+
+def test_subscription_to_a_shard_gone_since_planning_is_data_loss_as_failOnDataLoss_says():
+    """Issue 14 item 8 with fan-out: the stream and the consumer exist, the shard does not."""
+    from kinesis_source.kinesis import DataLossError
+
+    recs = log_of(5)
+    subs = Described(FakeKinesis({"a": FakeShard(recs)}), per_event=10)
+    rng = ShardRange("s", "zz", Position.trim_horizon(), recs[-1][0])
+    with pytest.raises(DataLossError, match="stream 's' no longer has shard 'zz'"):
+        read(subs, rng)
+    lenient = SubscribeRangeReader(subs, "arn:consumer", rng, fail_on_data_loss=False)
+    assert list(lenient.pages()) == []

@@ -222,3 +222,16 @@ def test_settle_all_gives_up_at_its_deadline_leaving_the_shard_pending():
     fake, kinesis, prober = prober_for({"a": FakeShard(recs, gaps={0: 10_000})})
     results = asyncio.run(prober.settle_all({("s", "a"): Position.trim_horizon()}, timeout_s=0))
     assert results[("s", "a")].pending and results[("s", "a")].tip is None
+
+
+def test_probe_of_a_shard_gone_since_the_listing_is_data_loss_or_gone():
+    """Issue 14 item 8 on the driver: the shard expired between ListShards and
+    GetShardIterator. It is data loss naming the shard (not "stream not found"), and with
+    failOnDataLoss=false the probe says it is gone."""
+    recs = log_of(5)
+    fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
+    with pytest.raises(DataLossError, match="stream 's' no longer has shard 'zz'"):
+        asyncio.run(prober.probe("s", "zz", Position.after(recs[1][0])))
+    lenient = TailProber(kinesis, page_limit=100, fail_on_data_loss=False)
+    result = asyncio.run(lenient.probe("s", "zz", Position.after(recs[1][0])))
+    assert result.gone and result.tip is None

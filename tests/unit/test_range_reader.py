@@ -67,10 +67,24 @@ def test_closed_shard_that_ends_before_the_range_fails():
         read(fake, rng)
 
 
-def test_missing_shard_names_the_stream():
+def test_missing_stream_names_the_option_to_check():
     fake = FakeKinesis({"a": FakeShard(log_of(3))})
-    with pytest.raises(Exception, match="Kinesis stream 's' was not found"):
-        read(fake, ShardRange("s", "zz", Position.trim_horizon(), "1"))
+    with pytest.raises(Exception, match="Kinesis stream 'other' was not found.*'streamName'"):
+        read(fake, ShardRange("other", "a", Position.trim_horizon(), "1"))
+
+
+def test_missing_shard_of_an_existing_stream_is_data_loss_as_failOnDataLoss_says():
+    """Issue 14 item 8: a shard that expired after the batch was planned was reported as
+    "stream not found" and failed the query whatever failOnDataLoss said, on every retry."""
+    recs = log_of(3)
+    fake = FakeKinesis({"a": FakeShard(recs)})
+    rng = ShardRange("s", "zz", Position.after(recs[0][0]), recs[2][0])
+    with pytest.raises(DataLossError) as err:
+        read(fake, rng)
+    assert "stream 's' no longer has shard 'zz'" in str(err.value)
+    assert f"read only up to AFTER:{recs[0][0]}" in str(err.value)
+    assert "failOnDataLoss=false" in str(err.value)
+    assert read_lenient(fake, rng) == ([], [])
 
 
 def test_trimmed_range_start_fails_or_goes_on():
