@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from tests.support.aggregates import aggregate, corrupt_checksum
+from kinesis_source.kpl import MAGIC
+from tests.support.aggregates import aggregate, corrupt_checksum, truncated_body, wrong_digest
 from tests.support.spark_query import failure_of, running
 from tests.support.waiting import wait_for
 
@@ -43,10 +46,10 @@ def test_corrupt_aggregate_fails_the_query_naming_shard_and_sequence_number(
     stream = make_stream(1)
     put(kinesis, stream, "k", b"before")
     key, data = aggregate([("a", b"1"), ("b", b"2")])
-    shard, seq = put(kinesis, stream, key, corrupt_checksum(data))
+    shard, seq = put(kinesis, stream, key, truncated_body(data))
     message = failure_of(spark, {**source_options, "streamName": stream}, tmp_path / "ck")
     assert f"Corrupt KPL aggregate in shard {stream}/{shard} at sequence number {seq}" in message
-    assert "MD5 checksum mismatch" in message and "onCorruptAggregate=skip" in message
+    assert "runs past the end" in message and "onCorruptAggregate=skip" in message
 
 
 def test_corrupt_aggregate_skipped_the_rest_arrive(
@@ -55,7 +58,7 @@ def test_corrupt_aggregate_skipped_the_rest_arrive(
     stream = make_stream(1)
     key, data = aggregate([("a", b"1"), ("b", b"2")])
     put(kinesis, stream, "k", b"before")
-    put(kinesis, stream, key, corrupt_checksum(data))
+    put(kinesis, stream, key, truncated_body(data))
     put(kinesis, stream, key, data)
     put(kinesis, stream, "k", b"after")
     options = {**source_options, "streamName": stream, "onCorruptAggregate": "skip"}
@@ -63,3 +66,28 @@ def test_corrupt_aggregate_skipped_the_rest_arrive(
         wait_for(lambda: sink.count() >= 4, timeout=90, what="the good records")
         assert query.isActive
     assert [r.data for r in sink.rows()] == [b"before", b"1", b"2", b"after"]
+
+
+def test_plain_records_that_start_with_the_magic_arrive_unchanged(
+    spark, kinesis, make_stream, source_options, tmp_path
+):
+    # KCL and aws-kinesis-agg take a record for an aggregate only when its MD5 matches too;
+    # random binary payloads start with the magic once in 2^32 records.
+    stream = make_stream(1)
+    _, good = aggregate([("a", b"1"), ("b", b"2")])
+    lookalikes = {
+        10: MAGIC + random.Random(14).randbytes(200),
+        25: corrupt_checksum(good),
+        40: wrong_digest(good),
+    }
+    expected = []
+    for i in range(50):
+        data = lookalikes.get(i, f"plain-{i}".encode())
+        _, seq = put(kinesis, stream, f"key-{i}", data)
+        expected.append((seq, 0, f"key-{i}", data))
+    with running(spark, {**source_options, "streamName": stream}, tmp_path / "ck") as (query, sink):
+        wait_for(
+            lambda: sink.count() >= 50 or not query.isActive, timeout=90, what="the 50 records"
+        )
+        assert query.isActive, query.exception()
+    assert [(r.seq, r.sub_seq, r.partition_key, r.data) for r in sink.rows()] == expected
