@@ -20,6 +20,7 @@ class FakeShard:
     records: list[tuple[str, float]] = field(default_factory=list)
     closed: bool = False
     payloads: dict[str, bytes] = field(default_factory=dict)  # Data by seq; default b"d<seq>"
+    hash_range: tuple[int, int] | None = None  # listed as HashKeyRange when set
 
 
 def _error(code: str) -> ClientError:
@@ -93,7 +94,14 @@ class FakeKinesis:
 
     def list_shards(self, StreamName, **kw):
         self.calls.append("ListShards")
-        return {"Shards": [{"ShardId": s, "SequenceNumberRange": {}} for s in self.shards]}
+        shards = []
+        for shard_id, shard in self.shards.items():
+            listed: dict = {"ShardId": shard_id, "SequenceNumberRange": {}}
+            if shard.hash_range is not None:
+                first, last = shard.hash_range
+                listed["HashKeyRange"] = {"StartingHashKey": str(first), "EndingHashKey": str(last)}
+            shards.append(listed)
+        return {"Shards": shards}
 
 
 class AsyncFake:
