@@ -245,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--size", type=int, default=100, help="bytes per record")
     produce.add_argument("--keys", type=int, default=64, help="distinct partition keys")
     produce.add_argument("--aggregate", type=int, default=0,
-                         help="KPL-aggregate this many user records per Kinesis record")
+                         help="KPL-aggregate up to this many user records of one shard per "
+                              "Kinesis record")
     produce.add_argument("--prefix", default="r", help="data is <prefix>-<n>, padded")
     produce.add_argument("--endpoint-url", help="Kinesis endpoint URL (local servers)")
     produce.add_argument("--region", help="AWS region (default: the boto3 chain)")

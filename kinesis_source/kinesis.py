@@ -146,6 +146,8 @@ class ShardInfo:
     adjacent_parent: str | None = None
     starting_seq: str | None = None
     ending_seq: str | None = None  # set once the shard is closed
+    # (first, last) hash key, inclusive; KPL aggregates may hold user records outside it
+    hash_range: tuple[int, int] | None = None
 
     @property
     def is_closed(self) -> bool:
@@ -156,12 +158,16 @@ class ShardInfo:
     def from_api(raw: dict) -> "ShardInfo":
         """Build from one element of ``ListShards``' ``Shards``."""
         seqs = raw.get("SequenceNumberRange", {})
+        hashes = raw.get("HashKeyRange")
         return ShardInfo(
             shard_id=raw["ShardId"],
             parent=raw.get("ParentShardId"),
             adjacent_parent=raw.get("AdjacentParentShardId"),
             starting_seq=seqs.get("StartingSequenceNumber"),
             ending_seq=seqs.get("EndingSequenceNumber"),
+            hash_range=(
+                (int(hashes["StartingHashKey"]), int(hashes["EndingHashKey"])) if hashes else None
+            ),
         )
 
 

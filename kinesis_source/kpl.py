@@ -7,6 +7,18 @@ explicit_hash_key_table = 2; repeated Record records = 3; }`` and ``Record { uin
 partition_key_index = 1; uint64 explicit_hash_key_index = 2; bytes data = 3; repeated Tag tags =
 4; }``. Each user record keeps the Kinesis record's sequence number and arrival time and gets its
 index as ``SubSequenceNumber`` and its own partition key.
+
+What counts as an aggregate follows KCL and aws-kinesis-agg: the magic, a non-empty body, and
+the MD5 of that body as the last 16 bytes. Anything else, even a record that merely starts with
+the magic, is a plain record and is delivered unchanged. A record that passes the MD5 check but
+whose protobuf does not decode is a corrupt aggregate (``onCorruptAggregate``): a chance MD5
+match is a 2^-128 event, so it was written as an aggregate and is broken.
+
+Given the hash key range of the shard a record was read from, user records whose effective hash
+key (explicit hash key, else the MD5 of the partition key as a 128-bit integer, as Kinesis
+routes) lies outside it are dropped: after a reshard the KPL can put an aggregate built for the
+old shard map into a shard that does not own all of its user records, and re-sends those to the
+shard that does. Kinesis routed plain records itself, so they are never filtered.
 """
 
 from __future__ import annotations
@@ -22,12 +34,23 @@ _DIGEST = 16
 
 
 class CorruptAggregateError(ValueError):
-    """A record with the aggregation magic whose body does not decode."""
+    """An aggregate (magic and MD5 match) whose protobuf body does not decode."""
+
+
+def _body(data: bytes) -> bytes | None:
+    """The protobuf body of an aggregate, or None when ``data`` is a plain record."""
+    # Magic first: it rules out almost every plain record before any hashing.
+    if data[:4] != MAGIC or len(data) <= len(MAGIC) + _DIGEST:
+        return None
+    body = data[len(MAGIC) : -_DIGEST]
+    if hashlib.md5(body).digest() != data[-_DIGEST:]:
+        return None
+    return body
 
 
 def is_aggregate(data: bytes) -> bool:
-    """True when ``data`` starts with the KPL magic."""
-    return data[:4] == MAGIC
+    """True when ``data`` is a KPL aggregate: the magic, a non-empty body and the body's MD5."""
+    return _body(data) is not None
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -71,47 +94,62 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
 
 
 def decode(data: bytes) -> list[tuple[str, bytes, str | None]]:
-    """(partition key, data, explicit hash key) of each user record of an aggregate."""
-    if len(data) < len(MAGIC) + _DIGEST:
-        raise CorruptAggregateError("shorter than magic and checksum")
-    body, digest = data[len(MAGIC) : -_DIGEST], data[-_DIGEST:]
-    if hashlib.md5(body).digest() != digest:
-        raise CorruptAggregateError("MD5 checksum mismatch")
+    """(partition key, data, explicit hash key) of each user record of an aggregate.
+
+    Raises :class:`CorruptAggregateError` when the aggregate does not decode and a plain
+    ``ValueError`` when ``data`` is not an aggregate at all.
+    """
+    body = _body(data)
+    if body is None:
+        raise ValueError("not a KPL aggregate (magic, body and MD5 do not all match)")
+    keys, hash_keys, users = _decode_body(body)
+    return [
+        (keys[pk], payload, hash_keys[ehk] if ehk is not None else None)
+        for pk, payload, ehk in users
+    ]
+
+
+def _decode_body(
+    body: bytes,
+) -> tuple[list[str], list[str], list[tuple[int, bytes, int | None]]]:
+    """The key tables and each user record as (partition key index, data, hash key index)."""
     keys: list[str] = []
     hash_keys: list[str] = []
     raw: list[bytes] = []
     for number, wire, value in _fields(body):
         if wire != 2:
             continue
-        if number == 1:
-            keys.append(value.decode())  # type: ignore[union-attr]
-        elif number == 2:
-            hash_keys.append(value.decode())  # type: ignore[union-attr]
-        elif number == 3:
+        try:
+            if number == 1:
+                keys.append(value.decode())  # type: ignore[union-attr]
+            elif number == 2:
+                hash_keys.append(value.decode())  # type: ignore[union-attr]
+        except UnicodeDecodeError:
+            raise CorruptAggregateError(f"key table {number} holds a non-UTF-8 key") from None
+        if number == 3:
             raw.append(value)  # type: ignore[arg-type]
-    return [_user_record(rec, keys, hash_keys) for rec in raw]
+    return keys, hash_keys, [_user_record(rec, len(keys), len(hash_keys)) for rec in raw]
 
 
 def count_user_records(data: bytes) -> int:
     """How many user records a Kinesis record's data holds (1 unless it is an aggregate).
 
-    Used to plan read limits on the driver, so it skips the MD5 check: a corrupt aggregate
-    counts as 1 (it fails or is skipped when read, as ``onCorruptAggregate`` says).
+    Used to plan read limits on the driver. It recognises aggregates exactly as :func:`expand`
+    does; a corrupt aggregate counts as 1 (it fails or is skipped when read, as
+    ``onCorruptAggregate`` says), and user records outside the shard's hash key range are
+    counted although :func:`expand` may drop them, so a batch holds at most the limit.
     """
-    if not is_aggregate(data) or len(data) < len(MAGIC) + _DIGEST:
+    body = _body(data)
+    if body is None:
         return 1
     try:
-        count = sum(
-            1 for number, wire, _ in _fields(data[len(MAGIC) : -_DIGEST]) if number == 3 and wire == 2
-        )
+        count = sum(1 for number, wire, _ in _fields(body) if number == 3 and wire == 2)
     except CorruptAggregateError:
         return 1
     return max(count, 1)
 
 
-def _user_record(
-    rec: bytes, keys: list[str], hash_keys: list[str]
-) -> tuple[str, bytes, str | None]:
+def _user_record(rec: bytes, n_keys: int, n_hash_keys: int) -> tuple[int, bytes, int | None]:
     # The hot loop of de-aggregation: one Record message, parsed inline (measured ~1.5x the
     # generic field iterator).
     pk_index = ehk_index = None
@@ -147,30 +185,77 @@ def _user_record(
             raise CorruptAggregateError(f"unknown wire type {wire}")
     if pos > end:
         raise CorruptAggregateError("truncated record")
-    if pk_index is None or pk_index >= len(keys):
+    if pk_index is None or pk_index >= n_keys:
         raise CorruptAggregateError(f"partition key index {pk_index} outside the key table")
-    if ehk_index is not None and ehk_index >= len(hash_keys):
+    if ehk_index is not None and ehk_index >= n_hash_keys:
         raise CorruptAggregateError(f"explicit hash key index {ehk_index} outside its table")
-    return keys[pk_index], payload, hash_keys[ehk_index] if ehk_index is not None else None
+    return pk_index, payload, ehk_index
+
+
+def effective_hash_key(partition_key: str, explicit_hash_key: str | None = None) -> int:
+    """The 128-bit hash key Kinesis routes a record by: the explicit hash key (a decimal
+    string) if there is one, else the MD5 of the partition key's UTF-8 as a big-endian integer."""
+    if explicit_hash_key is not None:
+        return int(explicit_hash_key)
+    return int.from_bytes(hashlib.md5(partition_key.encode()).digest(), "big")
+
+
+def _in_range(
+    keys: list[str],
+    hash_keys: list[str],
+    users: list[tuple[int, bytes, int | None]],
+    hash_range: tuple[int, int],
+) -> list[bool]:
+    """Whether each user record's effective hash key lies in ``hash_range`` (inclusive)."""
+    first, last = hash_range
+    # The key tables are shared by the user records: hash each entry once.
+    by_key: dict[int, bool] = {}
+    by_hash: dict[int, bool] = {}
+    kept = []
+    for pk, _, ehk in users:
+        if ehk is None:
+            ok = by_key.get(pk)
+            if ok is None:
+                ok = by_key[pk] = first <= effective_hash_key(keys[pk]) <= last
+        else:
+            ok = by_hash.get(ehk)
+            if ok is None:
+                try:
+                    value = effective_hash_key(keys[pk], hash_keys[ehk])
+                except ValueError:
+                    raise CorruptAggregateError(
+                        f"explicit hash key {ehk} is not a decimal number"
+                    ) from None
+                ok = by_hash[ehk] = first <= value <= last
+        kept.append(ok)
+    return kept
 
 
 def expand(
-    records: Iterable[dict], where: str, on_corrupt: str = "fail"
+    records: Iterable[dict],
+    where: str,
+    on_corrupt: str = "fail",
+    hash_range: tuple[int, int] | None = None,
 ) -> tuple[list[dict], int]:
     """User records of a page, in order; returns them and how many aggregates were skipped.
 
     ``where`` (``<stream>/<shardId>``) names the shard in errors. ``on_corrupt`` is ``fail``
     (raise naming shard and sequence number) or ``skip`` (drop the record, log a warning).
+    ``hash_range`` is the (first, last) hash key of the shard the page was read from: user
+    records of aggregates outside it are dropped; None (range unknown) drops none. Kept user
+    records keep their index in the aggregate as ``SubSequenceNumber`` either way, so positions
+    inside an aggregate mean the same with and without the range.
     """
     out: list[dict] = []
-    skipped = 0
+    skipped = dropped = 0
     for rec in records:
-        data = rec["Data"]
-        if not is_aggregate(data):
+        body = _body(rec["Data"])
+        if body is None:
             out.append(rec)
             continue
         try:
-            users = decode(data)
+            keys, hash_keys, users = _decode_body(body)
+            kept = _in_range(keys, hash_keys, users, hash_range) if hash_range is not None else None
         except CorruptAggregateError as exc:
             message = (
                 f"Corrupt KPL aggregate in shard {where} at sequence number "
@@ -183,16 +268,28 @@ def expand(
             raise CorruptAggregateError(
                 f"{message}. Set onCorruptAggregate=skip to skip such records."
             ) from None
-        for sub, (key, payload, _) in enumerate(users):
+        seq, arrival = rec["SequenceNumber"], rec.get("ApproximateArrivalTimestamp")
+        for sub, (pk, payload, _) in enumerate(users):
+            if kept is not None and not kept[sub]:
+                dropped += 1
+                continue
             out.append(
                 {
                     "Data": payload,
-                    "PartitionKey": key,
-                    "SequenceNumber": rec["SequenceNumber"],
+                    "PartitionKey": keys[pk],
+                    "SequenceNumber": seq,
                     "SubSequenceNumber": sub,
-                    "ApproximateArrivalTimestamp": rec.get("ApproximateArrivalTimestamp"),
+                    "ApproximateArrivalTimestamp": arrival,
                 }
             )
+    if dropped:
+        log.info(
+            "Dropped %d user record(s) of KPL aggregates in shard %s whose hash key lies outside "
+            "the shard's hash key range (put there under an old shard map; the KPL re-sends "
+            "them to the shard that owns them)",
+            dropped,
+            where,
+        )
     return out, skipped
 
 

@@ -311,9 +311,11 @@ class SourceOptions:
         "onCorruptAggregate",
         "string",
         "fail",
-        "A record with the KPL aggregation magic that does not decode (bad MD5, truncated): "
-        "`fail` fails the query naming shard and sequence number; `skip` drops it with a "
-        "warning in the executor log.",
+        "A KPL aggregate (the aggregation magic and the MD5 of its body both match) whose body "
+        "does not decode: `fail` fails the query naming shard and sequence number; `skip` "
+        "drops it with a warning in the executor log. A record that starts with the magic "
+        "without the matching MD5 is no aggregate: it is delivered as a plain record, as KCL "
+        "does.",
         _one_of("fail", "skip"),
     )
     max_retries: int = _option(

@@ -185,6 +185,16 @@ class Planner:
         listing = self._run(self._listing())
         return {shard_key(st, s.shard_id) for st, shards in listing.items() for s in shards}
 
+    def hash_ranges(self) -> dict[str, tuple[int, int] | None]:
+        """Each listed shard's (first, last) hash key by offset key (lists now if not yet
+        listed); None where the listing gave no range."""
+        listing = self._run(self._listing())
+        return {
+            shard_key(st, s.shard_id): s.hash_range
+            for st, shards in listing.items()
+            for s in shards
+        }
+
     def listed(self) -> Mapping[str, list[ShardInfo]]:
         """The shard listing as last fetched (no call; empty before the first listing)."""
         return self._shards

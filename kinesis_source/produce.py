@@ -2,12 +2,17 @@
 
 Used by ``kinesis-ddb produce``, the demo and the benchmarks. Each user record's data is
 ``<prefix>-<n>`` padded to the record size, so a reader can check what arrived.
+
+Aggregates hold user records of one shard only, as the KPL builds them: readers (KCL, this
+source) drop user records outside the hash key range of the shard an aggregate landed in. The
+shard map is listed once, so the stream must not be resharded while aggregates are put.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -46,19 +51,41 @@ class LoadProducer:
         self._prefix = prefix
         self.sent: list[Sent] = []
         self._lock = threading.Lock()
+        self._starts: list[int] | None = None  # first hash key of each open shard, ascending
+        self._shard_of: dict[str, int] = {}  # partition key -> index into _starts
 
     def _payload(self, n: int) -> bytes:
         text = f"{self._prefix}-{n:09d}"
         return (text + "." * max(0, self._size - len(text))).encode()
 
+    def _shard(self, key: str) -> int:
+        """Which open shard Kinesis routes ``key`` to (an index; open shards' ranges tile the
+        hash key space, so the last start at or below the key's hash finds it)."""
+        if self._starts is None:
+            pages = self._client.get_paginator("list_shards").paginate(StreamName=self._stream)
+            self._starts = sorted(
+                int(shard["HashKeyRange"]["StartingHashKey"])
+                for page in pages
+                for shard in page["Shards"]
+                if "EndingSequenceNumber" not in shard["SequenceNumberRange"]
+            )
+        if key not in self._shard_of:
+            self._shard_of[key] = bisect_right(self._starts, kpl.effective_hash_key(key)) - 1
+        return self._shard_of[key]
+
     def _kinesis_records(self, first: int, count: int) -> list[tuple[dict, list[bytes]]]:
         users = [(f"key-{(first + i) % self._keys}", self._payload(first + i)) for i in range(count)]
         if not self._aggregate:
             return [({"PartitionKey": k, "Data": d}, [d]) for k, d in users]
+        by_shard: dict[int, list[tuple[str, bytes]]] = {}
+        for user in users:
+            by_shard.setdefault(self._shard(user[0]), []).append(user)
         out = []
-        for i in range(0, count, self._aggregate):
-            group = users[i : i + self._aggregate]
-            out.append(({"PartitionKey": group[0][0], "Data": kpl.encode(group)}, [d for _, d in group]))
+        for members in by_shard.values():
+            for i in range(0, len(members), self._aggregate):
+                group = members[i : i + self._aggregate]
+                record = {"PartitionKey": group[0][0], "Data": kpl.encode(group)}
+                out.append((record, [d for _, d in group]))
         return out
 
     def put(self, first: int, count: int) -> int:

@@ -61,10 +61,19 @@ def to_record_batch(stream: str, shard_id: str, records: Sequence[dict]) -> pa.R
     )
 
 
-def user_records(records: Sequence[dict], rng: ShardRange, on_corrupt: str) -> list[dict]:
+def user_records(
+    records: Sequence[dict],
+    rng: ShardRange,
+    on_corrupt: str,
+    hash_range: tuple[int, int] | None = None,
+) -> list[dict]:
     """The user records of a page of ``rng``: aggregates expanded; when the range starts inside
-    an aggregate (``AFTER:<seq>:<sub>``), the user records up to ``sub`` are dropped."""
-    out, _ = kpl.expand(records, f"{rng.stream}/{rng.shard_id}", on_corrupt)
+    an aggregate (``AFTER:<seq>:<sub>``), the user records up to ``sub`` are dropped.
+
+    ``hash_range`` is the shard's (first, last) hash key: user records of aggregates outside it
+    are dropped (see :func:`kpl.expand`); None when the shard's range is unknown.
+    """
+    out, _ = kpl.expand(records, f"{rng.stream}/{rng.shard_id}", on_corrupt, hash_range)
     start = rng.start
     if start.kind == AFTER and start.sub_seq is not None:
         out = [

@@ -21,7 +21,7 @@ from .efo import SubscribeRangeReader
 from .kinesis import RangeReader
 from .options import SourceOptions
 from .planner import Planner, plan_ranges
-from .positions import Offset, ShardRange
+from .positions import Offset, ShardRange, shard_key
 from .records import SCHEMA_DDL, to_record_batch, user_records
 
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
@@ -50,11 +50,14 @@ class RangePartition(InputPartition):
         settings: AwsSettings,
         opts: SourceOptions,
         consumer_arn: str | None = None,
+        hash_range: tuple[int, int] | None = None,
     ) -> None:
         super().__init__(str(rng))
         self.range = rng
         self.settings = settings
         self.consumer_arn = consumer_arn  # set: read by enhanced fan-out subscription
+        # the shard's hash keys: user records of KPL aggregates outside are dropped (None: keep)
+        self.hash_range = hash_range
         self.page_limit = opts.max_records_per_fetch
         self.on_corrupt = opts.on_corrupt_aggregate
         self.fail_on_data_loss = opts.fail_on_data_loss
@@ -190,7 +193,17 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
             if self._consumers is None:
                 self._consumers = Consumers(self._opts)
             arns = self._consumers.arns()
-        return [RangePartition(r, settings, self._opts, arns.get(r.stream)) for r in ranges]
+        hashes = self.planner.hash_ranges() if ranges else {}
+        return [
+            RangePartition(
+                r,
+                settings,
+                self._opts,
+                arns.get(r.stream),
+                hashes.get(shard_key(r.stream, r.shard_id)),
+            )
+            for r in ranges
+        ]
 
     def read(self, partition: RangePartition) -> Iterator[Any]:
         """Replay one range in order as Arrow batches (runs on an executor)."""
@@ -204,7 +217,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         else:
             reader = RangeReader(client, rng, partition.page_limit, partition.fail_on_data_loss)
         for records in reader.pages():
-            users = user_records(records, rng, partition.on_corrupt)
+            users = user_records(records, rng, partition.on_corrupt, partition.hash_range)
             if users:
                 yield to_record_batch(rng.stream, rng.shard_id, users)
 

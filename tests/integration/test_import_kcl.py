@@ -48,8 +48,9 @@ def test_import_kcl_resumes_exactly_after_the_kcl_checkpoints(
     a, b = sorted({p.shard_id for p in sent})
     in_a = [p for p in sent if p.shard_id == a]
     in_b = [p for p in sent if p.shard_id == b]
-    # an aggregate in shard b, of which KCL had processed user records 0..2
-    users = [("u", f"agg-{i}".encode()) for i in range(6)]
+    # an aggregate in shard b, of which KCL had processed user records 0..2; its user records
+    # carry b's hash key too, or the source (like KCL) would drop them as not b's
+    users = [("u", f"agg-{i}".encode(), str(2**127 + 1)) for i in range(6)]
     key, data = aggregate(users)
     resp = kinesis.put_record(StreamName=stream, PartitionKey=key, Data=data, ExplicitHashKey=str(2**127 + 1))
     assert resp["ShardId"] == b
@@ -65,7 +66,7 @@ def test_import_kcl_resumes_exactly_after_the_kcl_checkpoints(
     )
     assert proc.returncode == 0, proc.stderr
     expected = {(p.shard_id, p.seq, 0, p.data) for p in in_a[30:] + later}
-    expected |= {(b, agg_seq, i, d) for i, (_, d) in enumerate(users) if i > 2}
+    expected |= {(b, agg_seq, i, d) for i, (_, d, _) in enumerate(users) if i > 2}
     with running(spark, {**source_options, "streamName": stream}, tmp_path / "ck") as (_, sink):
         wait_for(lambda: sink.count() >= len(expected), timeout=90, what="the records after KCL's")
     got = [(r.shard_id, r.seq, r.sub_seq, r.data) for r in sink.rows()]

@@ -23,6 +23,7 @@ class FakeShard:
     # Empty pages (with MillisBehindLatest > 0) an iterator crosses before record index i, as
     # real Kinesis serves over gaps in a sparse shard (index len(records): before the tip).
     gaps: dict[int, int] = field(default_factory=dict)
+    hash_range: tuple[int, int] | None = None  # listed as HashKeyRange when set
 
 
 def _error(code: str) -> ClientError:
@@ -112,7 +113,14 @@ class FakeKinesis:
 
     def list_shards(self, StreamName, **kw):
         self.calls.append("ListShards")
-        return {"Shards": [{"ShardId": s, "SequenceNumberRange": {}} for s in self.shards]}
+        shards = []
+        for shard_id, shard in self.shards.items():
+            listed: dict = {"ShardId": shard_id, "SequenceNumberRange": {}}
+            if shard.hash_range is not None:
+                first, last = shard.hash_range
+                listed["HashKeyRange"] = {"StartingHashKey": str(first), "EndingHashKey": str(last)}
+            shards.append(listed)
+        return {"Shards": shards}
 
 
 class AsyncFake:

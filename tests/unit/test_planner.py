@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
-from kinesis_source.kinesis import AsyncKinesis, DataLossError
-from kinesis_source.planner import plan_ranges
+from kinesis_source.kinesis import AsyncKinesis, DataLossError, ShardInfo
+from kinesis_source.options import SourceOptions
+from kinesis_source.planner import Planner, plan_ranges
 from kinesis_source.probe import TailProber
 from kinesis_source.positions import Offset, Position, ShardRange, seq_key
 from tests.unit.fake_kinesis import AsyncFake, FakeKinesis, FakeShard, log_of
@@ -235,3 +236,32 @@ def test_probe_of_a_shard_gone_since_the_listing_is_data_loss_or_gone():
     lenient = TailProber(kinesis, page_limit=100, fail_on_data_loss=False)
     result = asyncio.run(lenient.probe("s", "zz", Position.after(recs[1][0])))
     assert result.gone and result.tip is None
+
+
+def test_shard_info_reads_the_hash_key_range_as_integers():
+    raw = {
+        "ShardId": "shardId-000000000001",
+        "HashKeyRange": {"StartingHashKey": str(2**127), "EndingHashKey": str(2**128 - 1)},
+        "SequenceNumberRange": {"StartingSequenceNumber": "1"},
+    }
+    assert ShardInfo.from_api(raw).hash_range == (2**127, 2**128 - 1)
+    assert ShardInfo.from_api({"ShardId": "x"}).hash_range is None
+
+
+def planner_on(fake):
+    opts = SourceOptions.parse({"streamName": "s", "applicationName": "app", "region": "us-east-1"})
+    planner = Planner(opts)
+    planner._kinesis = AsyncKinesis(AsyncFake(fake))  # what _client() would make
+    return planner
+
+
+def test_hash_ranges_lists_the_shards_once_and_keys_them_like_offsets():
+    fake = FakeKinesis({"a": FakeShard(hash_range=(0, 99)), "b": FakeShard()})
+    planner = planner_on(fake)
+    try:
+        assert planner.hash_ranges() == {"s/a": (0, 99), "s/b": None}
+        assert planner.hash_ranges() == {"s/a": (0, 99), "s/b": None}
+        assert fake.calls.count("ListShards") == 1
+    finally:
+        planner.close()
+
