@@ -22,7 +22,7 @@ import os
 import socket
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, TypeVar
@@ -32,7 +32,7 @@ from .checkpoints import CheckpointError, CheckpointStore, Snapshot, advances
 from .lineage import droppable, superseded
 from .options import OptionError, SourceOptions, parse_initial_position
 from .planner import Planner
-from .positions import AFTER, Offset, Position, split_shard_key
+from .positions import AFTER, Offset, Position, shard_key, split_shard_key
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,7 @@ class Checkpointer:
             self._stored = snapshot.positions()
             self._resolved = snapshot.meta.resolved if snapshot.meta else None
             self._epoch = meta.epoch
+            self._ensure_streams_recorded()
         return self._epoch
 
     def _check_same_streams(self, snapshot: Snapshot) -> None:
@@ -169,6 +170,9 @@ class Checkpointer:
             else:
                 log.info("application %s restarts at its stored initial positions", app)
             base.update(snapshot.positions())
+            added = self._planner.streams_entering(Offset(base))
+            if added:
+                base.update(self._add_streams(added))
             return Offset(base)
         if meta is not None and meta.initial_spec is not None:
             spec_text = meta.initial_spec  # set by `checkpoints reset`
@@ -183,6 +187,52 @@ class Checkpointer:
         self._resolved = resolved
         log.info("application %s starts at %s (stored in table %s)", app, spec_text, table)
         return resolved
+
+    def _add_streams(self, streams: list[str]) -> dict[str, Position]:
+        """Start positions for streams added to an application that already has stored
+        initial positions: option 'initialPosition' resolved for them alone, stored with the
+        others (and the streams' identities), so every later start finds them."""
+        assert self._epoch is not None and self._resolved is not None
+        spec = self._opts.initial_position
+        added = self._planner.resolve_initial(spec, streams)
+        merged = Offset({**self._resolved.shards, **added.shards})
+        meta = self._claimed.meta if self._claimed else None
+        spec_text = meta.initial_spec if meta and meta.initial_spec else str(spec)
+        identities = {**(meta.streams if meta else {}), **self._planner.stream_identities()}
+        self._store.save_initial(self._epoch, spec_text, merged, identities)
+        self._resolved = merged
+        self._remember_streams(identities)
+        log.info(
+            "application %s: stream(s) %s added; they start at %s (stored in table %s)",
+            self._opts.application_name, ", ".join(streams), spec, self._opts.checkpoint_table,
+        )
+        return dict(added.shards)
+
+    def entering(self, start: Offset) -> dict[str, Position] | None:
+        """Start positions of streams that have shards but none in ``start`` (Spark's
+        checkpoint predates them), or None: they enter the offset in a batch of their own
+        (``plan_ranges`` reads nothing of them there). A stream new to the application starts
+        at option 'initialPosition' (resolved once and stored); one it knew (re-created while a
+        query ran) starts at TRIM_HORIZON, as a new shard does."""
+        streams = self._planner.streams_entering(start)
+        if not streams:
+            return None
+        self._ensure_claimed()
+        known = set(self._resolved_streams())
+        new = [s for s in streams if s not in known]
+        positions = self._add_streams(new) if new and self._resolved is not None else {}
+        listing = self._planner.listed()
+        for stream in streams:
+            if stream not in new or self._resolved is None:
+                for shard in listing.get(stream, []):
+                    positions.setdefault(shard_key(stream, shard.shard_id), Position.trim_horizon())
+        return positions
+
+    def _resolved_streams(self) -> set[str]:
+        shards = self._resolved.shards if self._resolved is not None else {}
+        return {split_shard_key(k)[0] for k in shards} | {
+            split_shard_key(k)[0] for k in self._stored
+        }
 
     # -- commits -------------------------------------------------------------------------
 
@@ -207,7 +257,6 @@ class Checkpointer:
                     "shard(s), e.g. %s: Spark's offsets win; those records are read again",
                     self._opts.application_name, self._opts.checkpoint_table, len(ahead), ahead[0],
                 )
-            self._ensure_streams_recorded()
         moved = self._moved(start)
         retired = self._retired(start, moved)
         self._fence_checked = False
@@ -235,10 +284,20 @@ class Checkpointer:
         self._store.check_epoch(self._ensure_claimed())
 
     def _ensure_streams_recorded(self) -> None:
+        """Record the identity of every stream the query reads that the meta item does not
+        name yet (a stream added later included), so a re-created stream is detected."""
         meta = self._claimed.meta if self._claimed else None
-        if meta is None or not meta.streams:
+        known = dict(meta.streams) if meta else {}
+        current = self._planner.stream_identities()
+        if any(stream not in known for stream in current):
             assert self._epoch is not None
-            self._store.save_streams(self._epoch, self._planner.stream_identities())
+            self._store.save_streams(self._epoch, {**known, **current})
+            self._remember_streams({**known, **current})
+
+    def _remember_streams(self, identities: Mapping[str, str]) -> None:
+        meta = self._claimed.meta if self._claimed else None
+        if self._claimed is not None and meta is not None:
+            self._claimed = replace(self._claimed, meta=replace(meta, streams=dict(identities)))
 
     def commit(self, end: Offset) -> None:
         """Write the shards of ``end`` that moved forward, then call the callbacks."""

@@ -8,10 +8,10 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Mapping, TypeVar
+from typing import Any, Awaitable, Collection, Mapping, TypeVar
 
 from .aws import AwsSettings
-from .kinesis import AsyncKinesis, DataLossError, KinesisSourceError, ShardInfo
+from .kinesis import AsyncKinesis, KinesisSourceError, ShardInfo, report_shard_gone
 from .limits import BudgetPlanner
 from .lineage import gone_shards, probe_starts, retire_finished, superseded
 from .options import InitialPosition, OptionError, SourceOptions
@@ -147,14 +147,21 @@ class Planner:
 
     # -- offsets -------------------------------------------------------------------------
 
-    def resolve_initial(self, spec: InitialPosition) -> Offset:
-        """Positions per listed shard for an initial position (LATEST probes each tip)."""
-        return self._run(self._resolve_initial(spec))
+    def resolve_initial(
+        self, spec: InitialPosition, streams: Collection[str] | None = None
+    ) -> Offset:
+        """Positions per listed shard for an initial position (LATEST probes each tip); with
+        ``streams``, for the shards of those streams only."""
+        return self._run(self._resolve_initial(spec, streams))
 
-    async def _resolve_initial(self, spec: InitialPosition) -> Offset:
+    async def _resolve_initial(
+        self, spec: InitialPosition, streams: Collection[str] | None
+    ) -> Offset:
         listing = await self._listing(force=True)
         wanted: dict[tuple[str, str], str] = {}
         for stream, shards in listing.items():
+            if streams is not None and stream not in streams:
+                continue
             for shard in shards:
                 wanted[(stream, shard.shard_id)] = _initial_for(spec, stream, shard.shard_id)
         if spec.kind == "SHARDS":
@@ -173,6 +180,8 @@ class Planner:
         for (stream, shard_id), text in wanted.items():
             if text == "LATEST":
                 found = probed[(stream, shard_id)]
+                if found.gone:
+                    continue  # expired since it was listed: nothing of it is left to read
                 pos = _latest_position(stream, shard_id, found, now)
             else:
                 pos = Position.parse(text)
@@ -194,6 +203,13 @@ class Planner:
             for st, shards in listing.items()
             for s in shards
         }
+
+    def streams_entering(self, start: Offset) -> list[str]:
+        """The query's streams that have shards (listing now if none was made yet) but none
+        in ``start``: streams added to a query that already ran."""
+        listing = self._run(self._listing())
+        in_start = {split_shard_key(key)[0] for key in start.shards}
+        return [s for s in self._opts.stream_names if listing.get(s) and s not in in_start]
 
     def listed(self) -> Mapping[str, list[ShardInfo]]:
         """The shard listing as last fetched (no call; empty before the first listing)."""
@@ -271,24 +287,13 @@ class Planner:
         )
         return Target({shard_key(*sid): r.tip for sid, r in results.items()}, closed)
 
-    def last_end(self) -> Offset | None:
-        """The end returned by the last probe, if any."""
-        return self._last_probe[1] if self._last_probe is not None else None
-
     async def _probe(self, start: Offset, max_records: int | None) -> Offset:
         listing = await self._listing(force=self._relist)
         self._relist = False
         positions = dict(start.shards)
         for key in gone_shards(listing, start.shards):
             stream, shard_id = split_shard_key(key)
-            message = (
-                f"Kinesis stream '{stream}' no longer has shard '{shard_id}', which was read only "
-                f"up to {start.shards[key]}: its unread records are lost (the shard expired or "
-                "was deleted)."
-            )
-            if self._opts.fail_on_data_loss:
-                raise DataLossError(f"{message} Set option failOnDataLoss=false to go on without it.")
-            log.warning("%s Going on without it (failOnDataLoss=false).", message)
+            report_shard_gone(stream, shard_id, start.shards[key], self._opts.fail_on_data_loss)
             del positions[key]
         starts = probe_starts(listing, positions)
         caps: dict[tuple[str, str], str] = {}
@@ -307,7 +312,10 @@ class Planner:
         for (stream, shard_id), result in results.items():
             key = shard_key(stream, shard_id)
             lag[key] = {"tip": result.tip, "millisBehindLatest": result.behind_ms}
-            if result.tip is not None:
+            if result.gone:
+                positions.pop(key, None)  # reported by the probe; the listing will drop it
+                self._relist = True
+            elif result.tip is not None:
                 positions[key] = Position.after(result.tip)
             elif result.ended:
                 positions[key] = Position.shard_end()
@@ -353,8 +361,11 @@ def plan_ranges(start: Offset, end: Offset) -> list[ShardRange]:
 
     A shard absent from ``start`` starts at TRIM_HORIZON (a shard found after the query
     started holds only new data), so a range is always derived from the two offsets alone and a
-    replayed batch reads the same records.
+    replayed batch reads the same records. A stream with no shard at all in ``start`` is
+    entering the offset at its start positions (a stream added to the query): nothing of it
+    is read in that batch.
     """
+    in_start = {split_shard_key(key)[0] for key in start.shards}
     ranges = []
     for key in sorted(end.shards):
         to = end.shards[key]
@@ -362,6 +373,8 @@ def plan_ranges(start: Offset, end: Offset) -> list[ShardRange]:
         if to.kind != AFTER or to == frm:
             continue
         stream, shard_id = split_shard_key(key)
+        if stream not in in_start:
+            continue
         assert to.seq is not None
         ranges.append(ShardRange(stream, shard_id, frm, to.seq))
     return ranges

@@ -103,12 +103,17 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         self._planner: Planner | None = None
         self._checkpointer: Checkpointer | None = None
         self._consumers: Consumers | None = None
+        # The end of the newest batch Spark knows of: what latestOffset returned last, or the
+        # end partitions() was last given. pyspark < 4.2 passes latestOffset no start; after a
+        # restart it calls partitions(end, end) with its offset log's newest end first.
+        self._known_end: Offset | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_planner"] = None
         state["_checkpointer"] = None
         state["_consumers"] = None
+        state["_known_end"] = None
         return state
 
     def __repr__(self) -> str:
@@ -145,12 +150,17 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         max_records = self._max_records(limit)
         if start is not None:
             begin = Offset.from_dict(start)
-            end = self.checkpointer.before_planning(
-                begin, lambda: planner.latest_offset(begin, max_records)
-            )
         else:
-            begin = planner.last_end() or self.checkpointer.initial_offset()
-            end = planner.latest_offset(begin, max_records)
+            begin = self._known_end or self.checkpointer.initial_offset()
+        entering = self.checkpointer.entering(begin)
+        if entering:
+            # Streams added since Spark's checkpoint was made enter at their start positions
+            # in a batch of their own (see plan_ranges), before any of them is read.
+            probe = lambda: Offset({**begin.shards, **entering})  # noqa: E731
+        else:
+            probe = lambda: planner.latest_offset(begin, max_records)  # noqa: E731
+        end = self.checkpointer.before_planning(begin, probe) if start is not None else probe()
+        self._known_end = end
         if end != begin:
             self.checkpointer.before_batch()
         return end.to_dict()
@@ -187,7 +197,8 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         """One partition per shard range that holds records."""
         settings = AwsSettings.for_kinesis(self._opts)
-        ranges = plan_ranges(Offset.from_dict(start), Offset.from_dict(end))
+        self._known_end = Offset.from_dict(end)
+        ranges = plan_ranges(Offset.from_dict(start), self._known_end)
         arns: dict[str, str] = {}
         if ranges and self._opts.consumer_mode == "efo":
             if self._consumers is None:

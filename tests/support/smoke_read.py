@@ -80,10 +80,36 @@ def main() -> None:
 
         limited = sizes_of("smoke-limited", {"processingTime": "200 milliseconds"}, 150)
         available_now = sizes_of("smoke-now", {"availableNow": True}, 10**9)
+
+        def batches_of(checkpoint, limit, stop_at):
+            """(batch id, rows) of a limited query on ``checkpoint`` until ``stop_at`` rows."""
+            out = []
+            q = (
+                spark.readStream.format("kinesis-ddb").option("streamName", "smoke")
+                .option("applicationName", "smoke-restart").option("endpointUrl", ep.url)
+                .option("dynamodbEndpointUrl", ep.url).option("minProbeIntervalMs", "100")
+                .option("maxRecordsPerBatch", str(limit)).load()
+                .writeStream.foreachBatch(lambda df, bid: out.append(
+                    (bid, [(r.shardId, r.sequenceNumber) for r in df.collect()])))
+                .option("checkpointLocation", checkpoint)
+                .trigger(processingTime="200 milliseconds").start()
+            )
+            end = time.monotonic() + 120
+            while q.isActive and sum(len(rows) for _, rows in out) < stop_at and time.monotonic() < end:
+                time.sleep(0.2)  # polling the sink with a deadline
+            q.stop()
+            return out
+
+        # A restart from Spark's checkpoint with a smaller limit: DynamoDB is one batch behind
+        # Spark there (commit lags a batch on 4.0), so planning from it cut ends before Spark's
+        # start and the next batch read the gap again.
+        checkpoint = tempfile.mkdtemp()
+        before = batches_of(checkpoint, 40, 80)
+        after = batches_of(checkpoint, 10, 150 - sum(len(rows) for _, rows in before))
         spark.stop()
     print(json.dumps({"pyspark": pyspark.__version__, "sent": sorted(sent), "got": got,
                       "error": str(error) if error else None, "limited": limited,
-                      "availableNow": available_now}))
+                      "availableNow": available_now, "restart": [before, after]}))
 
 
 if __name__ == "__main__":
