@@ -61,16 +61,58 @@ def test_kcl_lease_items_become_positions():
     }
 
 
-def test_bucket_keys_are_stable_and_spread():
-    import zlib
+# Sort keys of the bucket items format 2's release wrote for these shards, copied from
+# tests/fixtures/checkpoints/format2.json (and format3.json for the initial#NN ones).
+GOLDEN_BUCKETS = {
+    "orders/shardId-000000000000": "shards#47",
+    "orders/shardId-000000000001": "shards#57",
+    "orders/shardId-000000000003": "shards#21",
+    "audit-log/shardId-000000000020": "shards#21",
+    "orders/shardId-000000000004": "shards#54",
+    "clicks.v2/shardId-000000000000": "shards#43",
+    "clicks.v2/shardId-000000000001": "shards#61",
+    "clicks.v2/shardId-000000000002": "shards#07",
+}
+GOLDEN_INITIAL_BUCKETS = {
+    "orders/shardId-000000000000": "initial#47",
+    "orders/shardId-000000000002": "initial#03",
+    "audit-log/shardId-000000000020": "initial#21",
+}
 
-    from kinesis_source.checkpoints import BUCKETS, bucket_key
 
-    key = "my.stream/shardId-000000000001"
-    # CRC32, not Python's salted hash: every process and release puts a shard in the same item
-    assert bucket_key(key) == f"shards#{zlib.crc32(key.encode()) % BUCKETS:02d}"
+def test_bucket_keys_are_the_ones_the_format_2_release_wrote():
+    """A shard's bucket is fixed by the stored format (CRC32 of its offset key modulo 64, not
+    Python's salted hash): every process and release must put it in the same item. Mutant
+    caught: ``BUCKETS = 32`` in kinesis_source/checkpoints.py."""
+    from kinesis_source.checkpoints import bucket_key, initial_bucket_key
+
+    assert {k: bucket_key(k) for k in GOLDEN_BUCKETS} == GOLDEN_BUCKETS
+    assert {k: initial_bucket_key(k) for k in GOLDEN_INITIAL_BUCKETS} == GOLDEN_INITIAL_BUCKETS
     used = {bucket_key(f"s/shardId-{i:012d}") for i in range(1000)}
-    assert len(used) == BUCKETS
+    assert used == {f"shards#{n:02d}" for n in range(64)}
+
+
+def test_the_golden_fixtures_hold_each_shard_in_the_bucket_it_belongs_to():
+    """Every bucket item of the format-2 and format-3 fixtures holds only shards whose
+    bucket_key is that item (so the literals above agree with what those releases wrote)."""
+    import json
+    from pathlib import Path
+
+    from kinesis_source.checkpoints import bucket_key, initial_bucket_key
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
+    kinds = {"shards#": bucket_key, "initial#": initial_bucket_key}
+    format2_buckets = {}
+    for name in ("format2.json", "format3.json"):
+        for item in json.loads((fixtures / name).read_text())["items"]:
+            key = item["key"]["S"]
+            kind = key.partition("#")[0] + "#"
+            if kind in kinds:
+                for offset_key in json.loads(item["positions"]["S"]):
+                    assert kinds[kind](offset_key) == key, (name, offset_key)
+                    if name == "format2.json":
+                        format2_buckets[offset_key] = key
+    assert format2_buckets == GOLDEN_BUCKETS
 
 
 def test_transactions_respect_dynamodb_item_and_size_limits():
