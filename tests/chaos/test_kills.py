@@ -12,6 +12,7 @@ import pytest
 from tests.chaos import harness
 from tests.chaos.campaign import describe, run_campaign
 from tests.chaos.driver import ChaosDriver
+from tests.support.boto3_reads import read_range_boto3
 from tests.support.checker import load_deliveries
 from tests.support.waiting import wait_for
 
@@ -73,34 +74,6 @@ def test_driver_sigkills_and_worker_kills_lose_nothing(kinesis, ddb, make_stream
     assert_campaign(outcome, harness.SEED)
 
 
-def read_range_boto3(kinesis, stream, shard, start, end_seq):
-    """The records of a planned range, read independently with plain boto3 calls."""
-    kind, _, seq = start.partition(":")
-    args = {"StreamName": stream, "ShardId": shard}
-    if kind == "TRIM_HORIZON":
-        args["ShardIteratorType"] = "TRIM_HORIZON"
-    elif kind == "AT":
-        args.update(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=seq)
-    elif kind == "AFTER":
-        args.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=seq.split(":")[0])
-    else:
-        raise AssertionError(f"unexpected range start {start}")
-    iterator = kinesis.get_shard_iterator(**args)["ShardIterator"]
-    out = []
-    while iterator:
-        page = kinesis.get_records(ShardIterator=iterator, Limit=1000)
-        for rec in page["Records"]:
-            if int(rec["SequenceNumber"]) > int(end_seq):
-                return out
-            out.append(rec["SequenceNumber"])
-        if out and out[-1] == end_seq:
-            return out
-        if not page["Records"] and page.get("MillisBehindLatest", 0) == 0:
-            raise AssertionError(f"{stream}/{shard}: the tip came before {end_seq}")
-        iterator = page.get("NextShardIterator")
-    return out
-
-
 def worker_kill_check(kinesis, out: Path, driver: ChaosDriver, stream: str, timeout: float = 240):
     """Wait for the killed read's retry to be delivered; compare it with the planned range."""
     reads = out / f"{driver.run}.reads.jsonl"
@@ -125,7 +98,10 @@ def worker_kill_check(kinesis, out: Path, driver: ChaosDriver, stream: str, time
 
     killed, retries, delivery = wait_for(killed_and_retried, timeout=timeout, interval=0.5,
                                          what="the killed read to be retried and delivered")
-    planned = read_range_boto3(kinesis, stream, killed["shard"], killed["start"], killed["end_seq"])
+    planned = [
+        r["SequenceNumber"]
+        for r in read_range_boto3(kinesis, stream, killed["shard"], killed["start"], killed["end_seq"])
+    ]
     got = [seq for shard, seq in delivery.rows if shard == killed["shard"]]
     assert planned, "the killed range was empty"
     assert got == planned, (

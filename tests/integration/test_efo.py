@@ -1,6 +1,12 @@
 """Enhanced fan-out building blocks against the test EFO server in front of each backend:
-ranges read by subscription equal ranges read by GetRecords, through resubscriptions and
-errors; the consumer lifecycle."""
+ranges read by subscription hold exactly what PutRecords acknowledged and what plain boto3
+GetRecords calls read, through resubscriptions and errors; the consumer lifecycle.
+
+The answers come from outside the readers: the producer's acknowledged sequence numbers and
+tests/support/boto3_reads.py, never our polling ``RangeReader``, which shares ``RangeCursor``,
+``check_opening`` and ``opening_position`` with the fan-out reader (a bug there would pass a
+comparison of the two). Mutant caught: ``check_opening`` returning ``records`` instead of
+``records[1:]`` for an ``AFTER`` start (the start record read again)."""
 
 from __future__ import annotations
 
@@ -17,12 +23,11 @@ from kinesis_source.kinesis import (
     DataLossError,
     KinesisSourceError,
     RangeIncompleteError,
-    RangeReader,
     error_code,
-    opening_position,
 )
 from kinesis_source.positions import Position, ShardRange
 from kinesis_source.records import to_record_batch, user_records
+from tests.support.boto3_reads import read_range_boto3
 from tests.support.efo_server import EfoServer
 from tests.support.proxy import FaultProxy
 from tests.support.producer import Producer
@@ -59,7 +64,7 @@ def client(efo_server):
 
 @pytest.fixture
 def backing_client(kinesis_backend):
-    """Our Kinesis client on the backend itself, for the GetRecords reference reads."""
+    """Our Kinesis client on the backend itself, for the plain GetRecords oracle reads."""
     return _client(kinesis_backend)
 
 
@@ -96,17 +101,53 @@ def _read(reader) -> list[dict]:
     return [rec for page in reader.pages() for rec in page]
 
 
-def _reference(backing_client, rng: ShardRange) -> list[dict]:
-    return _read(RangeReader(backing_client, rng, limit=50))
+def _expected(backing_client, rng: ShardRange) -> list[dict]:
+    """The range's records by plain boto3 calls (see tests/support/boto3_reads.py). A range
+    starting inside an aggregate (``AFTER:s:sub``) yields the record ``s`` itself (the user
+    records up to ``sub`` are dropped later, by ``user_records``), so it is read from ``AT:s``."""
+    start = rng.start.to_str()
+    if rng.start.kind == "AFTER" and rng.start.sub_seq is not None:
+        start = f"AT:{rng.start.seq}"
+    return read_range_boto3(backing_client, rng.stream, rng.shard_id, start, rng.end_seq)
+
+
+def _acknowledged(puts, rng: ShardRange) -> list[tuple[str, bytes, str]]:
+    """(sequence number, data, partition key) of what PutRecords acknowledged for the range's
+    shard, from its start up to its end, compared as integers (an ``AT`` start and one inside
+    an aggregate include the start's record, an ``AFTER`` start does not)."""
+    start, end = rng.start, int(rng.end_seq)
+    if start.kind == "TRIM_HORIZON":
+        first = lambda seq: True  # noqa: E731 (the stream holds only these puts)
+    elif start.kind == "AT" or (start.kind == "AFTER" and start.sub_seq is not None):
+        first = lambda seq: seq >= int(start.seq)  # noqa: E731
+    elif start.kind == "AFTER":
+        first = lambda seq: seq > int(start.seq)  # noqa: E731
+    else:
+        raise AssertionError(f"no acknowledged answer for {start}")
+    ordered = sorted(puts, key=lambda p: int(p.seq))
+    return [
+        (p.seq, p.data, p.partition_key)
+        for p in ordered
+        if first(int(p.seq)) and int(p.seq) <= end
+    ]
+
+
+def _assert_reads(got: list[dict], rng: ShardRange, backing_client, puts) -> None:
+    """``got`` is the range: what plain GetRecords reads, record for record, and (for every
+    start but AT_TIMESTAMP, whose cut only the server knows) what PutRecords acknowledged."""
+    assert got == _expected(backing_client, rng), rng
+    if rng.start.kind != "AT_TIMESTAMP":
+        seen = [(r["SequenceNumber"], r["Data"], r["PartitionKey"]) for r in got]
+        assert seen == _acknowledged(puts, rng), rng
 
 
 def _all_ranges(backing_client, stream, by_shard):
     out = []
     for shard, puts in sorted(by_shard.items()):
         seqs = [p.seq for p in puts]
-        th = ShardRange(stream, shard, Position.trim_horizon(), seqs[-1])
-        arrival = _reference(backing_client, th)[10]["ApproximateArrivalTimestamp"]
-        out.extend(_ranges(stream, shard, seqs, arrival))
+        records = read_range_boto3(backing_client, stream, shard, "TRIM_HORIZON", seqs[-1])
+        assert [r["SequenceNumber"] for r in records] == seqs  # what PutRecords acknowledged
+        out.extend(_ranges(stream, shard, seqs, records[10]["ApproximateArrivalTimestamp"]))
     return out
 
 
@@ -119,10 +160,10 @@ def test_subscribe_reads_what_get_records_reads(efo_server, client, backing_clie
     stream, by_shard = filled
     arn = _consumer(client, stream)
     for rng in _all_ranges(backing_client, stream, by_shard):
-        expected = _reference(backing_client, rng)
+        expected = _expected(backing_client, rng)
         reader = efo.SubscribeRangeReader(client, arn, rng)
         got = _read(reader)
-        assert got == expected, rng
+        _assert_reads(got, rng, backing_client, by_shard[rng.shard_id])
         assert got and got[-1]["SequenceNumber"] == rng.end_seq
         assert reader.subscriptions == 1 and reader.failures == 0
         # The rest of the read path cannot tell the two apart.
@@ -141,18 +182,27 @@ def test_resubscribes_when_subscriptions_end(efo_server, client, backing_client,
     for rng in _all_ranges(backing_client, stream, by_shard)[:3]:
         before = efo_server.subscriptions
         reader = efo.SubscribeRangeReader(client, arn, rng)
-        expected = _reference(backing_client, rng)
-        assert _read(reader) == expected, rng
+        expected = _expected(backing_client, rng)
+        _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
         assert reader.subscriptions > 1 and reader.failures == 0
         calls = efo_server.subscribe_calls[before:]
         assert len(calls) == reader.subscriptions
         # The first opens at the range's start, each next one at the last record the previous
         # one delivered, which it checks is still there and drops (10 records: 2 events of 5).
-        assert calls[0].starting_position == efo.starting_position(opening_position(rng.start))
+        assert calls[0].starting_position == _opening_request(rng.start)
         assert [c.starting_position for c in calls[1:]] == [
             {"Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": seq}
             for seq in _delivered_last(rng, expected)[: len(calls) - 1]
         ]
+
+
+def _opening_request(start: Position) -> dict:
+    """The StartingPosition a range's first subscription asks for, written out: one record
+    before the position, so that its record can be checked (``AFTER:s`` opens at ``AT:s``)."""
+    if start.kind == "TRIM_HORIZON":
+        return {"Type": "TRIM_HORIZON"}
+    assert start.kind in ("AT", "AFTER"), start
+    return {"Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": start.seq}
 
 
 def _delivered_last(rng: ShardRange, expected: list[dict]) -> list[str]:
@@ -200,7 +250,7 @@ def test_error_events_mid_range_are_survived(efo_server, client, backing_client,
     rng = _all_ranges(backing_client, stream, by_shard)[1]  # AFTER:s3 .. last record
     efo_server.inject_error("InternalFailureException", after_events=2, times=2)
     reader = efo.SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
-    assert _read(reader) == _reference(backing_client, rng)
+    _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
     assert reader.failures == 2 and reader.subscriptions == 3
 
 
@@ -210,7 +260,7 @@ def test_dropped_connections_are_survived(efo_server, client, backing_client, fi
     rng = _all_ranges(backing_client, stream, by_shard)[0]  # TRIM_HORIZON .. the middle
     efo_server.drop_connection(after_events=1, times=2)
     reader = efo.SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
-    assert _read(reader) == _reference(backing_client, rng)
+    _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
     assert reader.failures == 2 and reader.subscriptions == 3
 
 
@@ -224,7 +274,7 @@ def test_resource_in_use_while_a_subscription_lingers(efo_server, client, backin
     reader = efo.SubscribeRangeReader(  # attempts for 12 s at most, past the window
         client, arn, rng, max_attempts=60, retry_wait_s=0.05, max_wait_s=0.2
     )
-    assert _read(reader) == _reference(backing_client, rng)
+    _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
     refused = efo_server.calls["SubscribeToShard"] - efo_server.subscriptions
     assert refused >= 1  # at least one ResourceInUseException, then it got through
     assert reader.failures == 1 + refused and reader.subscriptions == 2
@@ -268,8 +318,9 @@ def test_trimmed_start_is_data_loss(kinesis_backend, filled):
         with pytest.raises(DataLossError, match=f"{shard}.*oldest record left is {puts[5].seq}"):
             _read(efo.SubscribeRangeReader(client, arn, rng))
         got = _read(efo.SubscribeRangeReader(client, arn, rng, fail_on_data_loss=False))
-        assert got == _read(RangeReader(_client(proxy.url), rng, 17, fail_on_data_loss=False))
-    assert [r["SequenceNumber"] for r in got] == [p.seq for p in puts[5:10]]
+        # plain GetRecords through the proxy land on the oldest record left, puts[5]
+        assert got == read_range_boto3(_client(proxy.url), stream, shard, "TRIM_HORIZON", rng.end_seq)
+    assert [(r["SequenceNumber"], r["Data"]) for r in got] == [(p.seq, p.data) for p in puts[5:10]]
 
 
 @pytest.mark.backends("kinesis-local")  # moto never ends a split shard's GetRecords
@@ -291,7 +342,7 @@ def test_closed_shard(efo_server, client, backing_client, make_stream, kinesis):
     shard = parent["ShardId"]
     # A range up to the parent's last record reads like GetRecords does.
     rng = ShardRange(stream, shard, Position.after(puts[4].seq), puts[-1].seq)
-    assert _read(efo.SubscribeRangeReader(client, arn, rng)) == _reference(backing_client, rng)
+    _assert_reads(_read(efo.SubscribeRangeReader(client, arn, rng)), rng, backing_client, puts)
     # The subscription's last event names the children, and the stream ends.
     events = client.subscribe_to_shard(
         ConsumerARN=arn,
