@@ -26,6 +26,13 @@ class FakeShard:
     hash_range: tuple[int, int] | None = None  # listed as HashKeyRange when set
 
 
+def _check_order(shard_id: str, records: list[tuple[str, float]]) -> None:
+    """A shard's sequence numbers increase as integers (a test that appends records must
+    append larger ones; string order is not the order, see :func:`log_of`)."""
+    seqs = [int(s) for s, _ in records]
+    assert all(a < b for a, b in zip(seqs, seqs[1:])), f"fake shard {shard_id}: out of order"
+
+
 def _error(code: str) -> ClientError:
     return ClientError({"Error": {"Code": code, "Message": code}}, "Op")
 
@@ -48,6 +55,7 @@ class FakeKinesis:
         if StreamName != self.stream or ShardId not in self.shards:
             raise _error("ResourceNotFoundException")
         recs = self.shards[ShardId].records
+        _check_order(ShardId, recs)
         if ShardIteratorType == "TRIM_HORIZON":
             idx = 0
         elif ShardIteratorType == "AT_TIMESTAMP":
@@ -145,6 +153,13 @@ class AsyncFake:
         return None
 
 
-def log_of(n: int, start_time: float = 1_000_000.0, spacing: float = 0.01, base: int = 10**50):
-    """``n`` records with 51-digit sequence numbers, ``spacing`` seconds apart."""
-    return [(str(base + 7 * i), start_time + i * spacing) for i in range(n)]
+def log_of(n: int, start_time: float = 1_000_000.0, spacing: float = 0.01, offset: int = 0):
+    """``n`` records, ``spacing`` seconds apart, whose sequence numbers cross digit-count
+    boundaries, so that comparing them as strings gives another order than as integers: the
+    first half goes from 9 to 10 digits (across 10**9), the second from 55 to 56 digits
+    (across 10**55; real Kinesis and kinesis-local numbers have 56). ``offset`` is added to
+    each, so that several shards' logs differ."""
+    low = n // 2
+    seqs = [10**9 + 7 * (i - low // 2) for i in range(low)]
+    seqs += [10**55 + 7 * (i - (n - low) // 2) for i in range(n - low)]
+    return [(str(seq + offset), start_time + i * spacing) for i, seq in enumerate(seqs)]

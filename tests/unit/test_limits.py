@@ -38,12 +38,11 @@ def counts(shards, starts, results):
 
 
 def skewed():
-    base = 10**50
     return {
-        "a": FakeShard(log_of(9000, base=base)),
-        "b": FakeShard(log_of(333, base=base + 1)),
-        "c": FakeShard(log_of(333, base=base + 2)),
-        "d": FakeShard(log_of(334, base=base + 3)),
+        "a": FakeShard(log_of(9000)),
+        "b": FakeShard(log_of(333, offset=1)),
+        "c": FakeShard(log_of(333, offset=2)),
+        "d": FakeShard(log_of(334, offset=3)),
     }
 
 
@@ -57,11 +56,10 @@ def test_budget_is_met_exactly_and_shared_fairly():
 
 
 def test_small_backlogs_leave_their_share_to_the_others():
-    base = 10**40
     shards = {
-        "a": FakeShard(log_of(5, base=base)),
-        "b": FakeShard(log_of(7, base=base + 1)),
-        "c": FakeShard(log_of(5000, base=base + 2)),
+        "a": FakeShard(log_of(5)),
+        "b": FakeShard(log_of(7, offset=1)),
+        "c": FakeShard(log_of(5000, offset=2)),
     }
     _, planner = planner_for(shards)
     starts = {k: Position.trim_horizon() for k in shards}
@@ -93,7 +91,7 @@ def test_successive_batches_cover_every_record_once_and_every_shard_progresses()
 
 
 def test_idle_shards_cost_one_call_each_on_the_next_batch():
-    shards = {"a": FakeShard(log_of(10)), "b": FakeShard(log_of(10, base=10**50 + 1))}
+    shards = {"a": FakeShard(log_of(10)), "b": FakeShard(log_of(10, offset=1))}
     fake, planner = planner_for(shards)
     first = plan(planner, {"a": Position.trim_horizon(), "b": Position.trim_horizon()}, 100)
     fake.calls.clear()
@@ -120,7 +118,7 @@ def test_aggregates_count_their_user_records_and_are_never_split():
 
 
 def test_an_aggregate_larger_than_the_limit_forms_a_batch_alone():
-    shards = {"a": aggregated(log_of(3), 30), "b": FakeShard(log_of(50, base=10**50 + 1))}
+    shards = {"a": aggregated(log_of(3), 30), "b": FakeShard(log_of(50, offset=1))}
     _, planner = planner_for(shards)
     starts = {k: Position.trim_horizon() for k in shards}
     got = counts(shards, starts, plan(planner, starts, 10, turn=0))  # a is offered first
@@ -130,9 +128,8 @@ def test_an_aggregate_larger_than_the_limit_forms_a_batch_alone():
 def test_an_aggregate_above_its_share_is_not_starved():
     # d's aggregates (8 user records) never fit after a, b and c took one record each (7 left
     # of 10), but fit the whole budget: served when d is offered first, as rotation ensures.
-    base = 10**50
-    shards = {k: FakeShard(log_of(500, base=base + i)) for i, k in enumerate("abc")}
-    shards["d"] = aggregated(log_of(20, base=base + 3), 8)
+    shards = {k: FakeShard(log_of(500, offset=i)) for i, k in enumerate("abc")}
+    shards["d"] = aggregated(log_of(20, offset=3), 8)
     _, planner = planner_for(shards)
     starts = {k: Position.trim_horizon() for k in shards}
     taken_d = 0

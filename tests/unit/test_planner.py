@@ -34,10 +34,25 @@ def test_backlog_tip_found_reading_few_records():
     assert len(fake.calls) <= 4
 
 
+def test_probe_finds_the_tip_across_digit_counts():
+    """The tip is the record with the largest sequence number as an integer, across the fake's
+    9 -> 10 and 55 -> 56 digit boundaries (as a string, "999999993" sorts after
+    "1000000000"). Mutant caught: ``seq_key`` returning the string itself."""
+    for n, start in ((10, 1), (4, 0), (20, 12)):
+        recs = log_of(n)
+        fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
+        assert probe(prober, Position.after(recs[start][0])).tip == recs[-1][0]
+        assert probe(prober, Position.trim_horizon()).tip == recs[-1][0]
+    low = log_of(10)[:5]  # 999999986 .. 1000000014: the tip has 10 digits, the start 9
+    fake, kinesis, prober = prober_for({"a": FakeShard(low)})
+    assert probe(prober, Position.after(low[0][0])).tip == "1000000014"
+
+
 def test_tip_found_when_the_stream_went_quiet_long_ago():
     recs = log_of(1000, start_time=1_000_000.0)
     # a burst an hour later; the newest record is what must be found
-    recs += [(str(10**50 + 10**6 + i), 1_003_600.0 + i * 0.0001) for i in range(50)]
+    last = int(recs[-1][0])
+    recs += [(str(last + 10**6 + i), 1_003_600.0 + i * 0.0001) for i in range(50)]
     fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
     result = probe(prober, Position.after(recs[10][0]))
     assert result.tip == recs[-1][0]
@@ -81,7 +96,8 @@ def test_continuation_after_tip_is_reused_by_the_next_probe():
     shard = FakeShard(recs)
     fake, kinesis, prober = prober_for({"a": shard})
     tip = probe(prober, Position.trim_horizon()).tip
-    shard.records += [(str(10**50 + 10**4 + i), recs[-1][1] + 1 + i * 0.01) for i in range(3)]
+    last = int(recs[-1][0])
+    shard.records += [(str(last + 10**4 + i), recs[-1][1] + 1 + i * 0.01) for i in range(3)]
     calls = len(fake.calls)
     result = probe(prober, Position.after(tip))
     assert result.tip == shard.records[-1][0]
@@ -112,7 +128,7 @@ def test_empty_shard_has_no_tip():
 
 
 def test_probe_all_covers_every_shard():
-    shards = {f"sh{i}": FakeShard(log_of(50 + i, base=10**40 * (i + 1))) for i in range(5)}
+    shards = {f"sh{i}": FakeShard(log_of(50 + i, offset=i)) for i in range(5)}
     fake, kinesis, prober = prober_for(shards)
     starts = {("s", k): Position.trim_horizon() for k in shards}
     results = asyncio.run(prober.probe_all(starts))

@@ -174,3 +174,17 @@ def test_incomplete_range_names_its_cause(shard, end, cause):
     fake = FakeKinesis({"a": shard})
     with pytest.raises(RangeIncompleteError, match=cause):
         read(fake, ShardRange("s", "a", Position.trim_horizon(), end))
+
+
+def test_range_ends_compare_as_integers_across_digit_counts():
+    """The fake's sequence numbers go from 9 to 10 digits and from 55 to 56 (see log_of), as
+    string order and integer order disagree there: a range ending at a 10-digit number holds
+    its 9-digit records, one ending at a 56-digit number its 55-digit ones. Mutants caught:
+    ``RangeCursor.take`` comparing ``rec["SequenceNumber"] > self.range.end_seq`` as strings;
+    ``seq_key`` returning the string itself."""
+    seqs = [s for s, _ in log_of(20)]
+    assert [len(s) for s in seqs] == [9] * 5 + [10] * 5 + [55] * 5 + [56] * 5
+    fake = FakeKinesis({"a": FakeShard(log_of(20))})
+    assert read(fake, ShardRange("s", "a", Position.trim_horizon(), seqs[6]))[0] == seqs[:7]
+    assert read(fake, ShardRange("s", "a", Position.after(seqs[3]), seqs[16]))[0] == seqs[4:17]
+    assert read(fake, ShardRange("s", "a", Position.at(seqs[12]), seqs[19]))[0] == seqs[12:]
