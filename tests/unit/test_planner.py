@@ -153,11 +153,27 @@ def test_plan_ranges_from_two_offsets():
     ]
 
 
-@pytest.mark.parametrize("start", [Position.trim_horizon(), Position.after("99")])
-def test_plan_ranges_is_deterministic(start):
-    a = Offset({"s/a": start})
-    b = Offset({"s/a": Position.after("100")})
-    assert plan_ranges(a, b) == plan_ranges(Offset.from_json(a.to_json()), Offset.from_json(b.to_json()))
+@pytest.mark.parametrize(
+    "start, want",
+    [
+        (Position.trim_horizon(), "TRIM_HORIZON"),
+        (Position.after("99"), "AFTER:99"),
+        (Position.after("999999999", 3), "AFTER:999999999:3"),
+    ],
+)
+def test_plan_ranges_is_deterministic(start, want):
+    """The ranges planned from two offsets are the same after the offsets' JSON round trip (a
+    replayed batch reads Spark's offset log), and they are the ranges written out here: with
+    only a comparison of the two, a plan_ranges returning [] (or a wrong range) passed."""
+    a = Offset({"s/a": start, "t/b": Position.after("5")})
+    b = Offset({"s/a": Position.after("1000000000"), "t/b": Position.after("7")})
+    expected = [
+        ("s", "a", want, "1000000000"),
+        ("t", "b", "AFTER:5", "7"),
+    ]
+    for start_offset, end_offset in ((a, b), (Offset.from_json(a.to_json()), Offset.from_json(b.to_json()))):
+        got = plan_ranges(start_offset, end_offset)
+        assert [(r.stream, r.shard_id, r.start.to_str(), r.end_seq) for r in got] == expected
 
 
 def test_records_of_one_millisecond_are_one_batch_not_one_each():

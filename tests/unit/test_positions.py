@@ -65,11 +65,29 @@ def test_position_strings_are_readable():
     assert Position.at_timestamp(ts).to_str() == "AT_TIMESTAMP:2026-01-31T12:00:00.000000Z"
 
 
-@pytest.mark.parametrize("text", ["", "LATEST", "AFTER:", "AFTER:12a", "AT:-1", "AT_TIMESTAMP:x", 7])
-def test_bad_positions_are_rejected_with_the_text(text):
+KINDS = "is not one of TRIM_HORIZON, AT_TIMESTAMP:<iso>, AT:<seq>, AFTER:<seq>, SHARD_END"
+NOT_DIGITS = "is not a Kinesis sequence number (decimal digits)"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", f"position '' {KINDS}"),
+        ("LATEST", f"position 'LATEST' {KINDS}"),
+        ("AFTER:", f"position 'AFTER:' is malformed: sequence number '' {NOT_DIGITS}"),
+        ("AFTER:12a", f"position 'AFTER:12a' is malformed: sequence number '12a' {NOT_DIGITS}"),
+        ("AT:-1", f"position 'AT:-1' is malformed: sequence number '-1' {NOT_DIGITS}"),
+        ("AT_TIMESTAMP:x", "position 'AT_TIMESTAMP:x' is malformed: Invalid isoformat string: 'x'"),
+        ("AFTER:12:x", "position 'AFTER:12:x' is malformed: invalid literal for int()"),
+        (7, "position 7 is not a string"),
+    ],
+)
+def test_bad_positions_are_rejected_with_the_text(text, message):
+    """The whole message, quoting the text (the old check, ``str(text) in message``, held for
+    "" whatever the message said)."""
     with pytest.raises(PositionError) as err:
         Position.parse(text)
-    assert repr(text) in str(err.value) or str(text) in str(err.value)
+    assert str(err.value).startswith(message), str(err.value)
 
 
 def test_iterator_args():
