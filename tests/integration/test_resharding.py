@@ -127,6 +127,17 @@ def test_split_merge_and_rescale_keep_every_record_once_and_keys_in_order(
     for batch_id, batch_rows in deliveries:
         for r in batch_rows:
             batches[r.shard_id].add(batch_id)
+    # which reshard made each child: the split of `first`, the merge of `second` and `third`,
+    # and the rescale (every other new shard)
+    made_by = {}
+    for shard in after:
+        parents = {shard.get("ParentShardId"), shard.get("AdjacentParentShardId")} - {None}
+        if shard["ShardId"] in children:
+            made_by[shard["ShardId"]] = (
+                "split" if parents == {first} else "merge" if parents == {second, third} else "rescale"
+            )
+    assert sorted(made_by.values()).count("split") == 2 and "merge" in made_by.values()
+    checked = defaultdict(int)  # parent/child pairs checked, per reshard
     for child in after:
         for parent in (child.get("ParentShardId"), child.get("AdjacentParentShardId")):
             if parent and batches[child["ShardId"]] and batches[parent]:
@@ -134,6 +145,11 @@ def test_split_merge_and_rescale_keep_every_record_once_and_keys_in_order(
                     f"child {child['ShardId']} read in batch {min(batches[child['ShardId']])} "
                     f"with parent {parent} still read in batch {max(batches[parent])}"
                 )
+                checked[made_by[child["ShardId"]]] += 1
+    # each reshard had a parent and a child that were both read (else the order went unchecked)
+    assert {name: checked[name] >= 1 for name in ("split", "merge", "rescale")} == {
+        "split": True, "merge": True, "rescale": True,
+    }, dict(checked)
     last = {}
     for r in rows:  # delivery order: batch by batch, each shard's range in order
         key, n = r.data.decode().split(":")
