@@ -14,6 +14,7 @@ import pytest
 from kinesis_source import register
 from kinesis_source.demo_driver import DriverProcess
 from kinesis_source.positions import seq_key
+from tests.support import callbacks
 from tests.support.cli import cli
 from tests.support.committed import TABLE, stored, wait_committed
 from tests.support.producer import Producer
@@ -235,20 +236,43 @@ def test_raising_callback_fails_the_query_with_its_message(
 def test_raising_callback_with_errors_logged_goes_on(
     spark, kinesis, make_stream, source_options, tmp_path
 ):
+    """The raising callback ran for every commit, each raise was logged with its traceback,
+    and the query went on. Mutant caught: the callbacks not called at all (or the error not
+    logged) with onCommitErrors=log; the query alone went on either way."""
     stream = make_stream(1)
     producer = Producer(kinesis, stream)
     producer.put(20)
+    app = source_options["applicationName"]
     options = {
         **source_options,
         "streamName": stream,
-        "onCommit": "tests.support.callbacks:explode",
+        "onCommit": "tests.support.callbacks:record_then_explode",
         "onCommitErrors": "log",
     }
+    runs = Path(os.environ["KDDB_TEST_CALLBACK_DIR"]) / f"{app}.jsonl"
+    logged = Path(callbacks.log_path(app))
+
+    def calls_and_logs():
+        ran = runs.read_text().splitlines() if runs.exists() else []
+        text = logged.read_text() if logged.exists() else ""
+        return len(ran), text.count(
+            "ERROR kinesis_source.committer: commit callback record_then_explode raised; "
+            "going on (onCommitErrors=log)"
+        ), text
+
     with running(spark, options, tmp_path / "ck") as (query, sink):
         wait_for(lambda: sink.count() >= 20, timeout=90, what="20 rows")
+        wait_for(lambda: calls_and_logs()[0] >= 1, timeout=60, what="the callback to run")
         producer.put(20)
         wait_for(lambda: sink.count() >= 40, timeout=90, what="40 rows after a failed callback")
+        wait_for(lambda: calls_and_logs()[0] >= 2, timeout=60, what="the callback to run again")
         assert query.isActive
+        ran, logs, text = wait_for(
+            lambda: (lambda c: c if c[0] == c[1] else None)(calls_and_logs()),
+            timeout=30, what="a log entry for each raise",
+        )
+    assert ran >= 2 and logs == ran
+    assert "ValueError: callback refuses epoch" in text  # the traceback is in the log
 
 
 def test_cli_show_export_reset_round_trip(

@@ -24,3 +24,30 @@ def record(info) -> None:
 def explode(info) -> None:
     """A callback that always raises."""
     raise ValueError(f"callback refuses epoch {info.epoch}")
+
+
+_LOGGING_TO: set[str] = set()
+
+
+def log_path(application: str) -> str:
+    """Where :func:`record_then_explode` has the committer's log of ``application`` written."""
+    return os.path.join(os.environ["KDDB_TEST_CALLBACK_DIR"], f"{application}.log")
+
+
+def record_then_explode(info) -> None:
+    """Record the commit as :func:`record` does, then raise as :func:`explode` does. On its
+    first call in a process it also sends the committer's log records to
+    ``$KDDB_TEST_CALLBACK_DIR/<application>.log``, so a test in another process can see what
+    the committer logged about the error (Spark's helper runs the committer, not the test)."""
+    import logging
+
+    if info.application not in _LOGGING_TO:
+        _LOGGING_TO.add(info.application)
+        handler = logging.FileHandler(log_path(info.application), encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logger = logging.getLogger("kinesis_source.committer")
+        logger.addHandler(handler)
+        if logger.getEffectiveLevel() > logging.ERROR:
+            logger.setLevel(logging.ERROR)
+    record(info)
+    explode(info)
