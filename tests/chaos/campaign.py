@@ -55,6 +55,7 @@ class Outcome:
     redelivered: dict[str, int] = field(default_factory=dict)  # restart run -> rows read again
     in_flight: dict[str, int] = field(default_factory=dict)  # restart run -> its bound
     replays_identical: int = 0
+    replays_by_run: dict[str, int] = field(default_factory=dict)  # run -> identical replays
 
     def figures(self) -> dict[str, Any]:
         keep = [r for k, r in zip(self.kills, self.runs[1:]) if k.keep_checkpoint_next]
@@ -207,6 +208,7 @@ def _bounds(outcome: Outcome, deliveries: list[Delivery], runs: list[str]) -> No
                     if before is not None:
                         if before.rows == d.rows:
                             outcome.replays_identical += 1
+                            outcome.replays_by_run[run] = outcome.replays_by_run.get(run, 0) + 1
                         else:
                             outcome.mismatched_replays.append(  # type: ignore[attr-defined]
                                 f"batch {d.batch}: {before.run} and {run} delivered different rows"
@@ -217,6 +219,24 @@ def _bounds(outcome: Outcome, deliveries: list[Delivery], runs: list[str]) -> No
             previous_on_checkpoint[d.batch] = d
             delivered_before |= set(d.rows)
             last_batch = d
+
+
+def replays_due(outcome: Outcome) -> list[str]:
+    """The restarts that must have replayed a batch identically: those keeping the Spark
+    checkpoint after a kill aimed inside the sink (the batch's rows were delivered, its
+    delivery file written, and Spark's commit of the batch not: the restart runs it again)."""
+    return [
+        run for kill, run in zip(outcome.kills, outcome.runs[1:])
+        if kill.hit in SINK_PHASES and kill.keep_checkpoint_next
+    ]
+
+
+def assert_replayed_where_due(outcome: Outcome, why: str = "") -> None:
+    """Each restart that must have replayed a batch did (identical replays counted, not
+    merely none mismatched: a campaign whose replays were never compared passed before)."""
+    missing = [run for run in replays_due(outcome) if outcome.replays_by_run.get(run, 0) < 1]
+    assert not missing, f"no identical replay in {missing} after a kill in the sink\n{why}"
+    assert outcome.replays_identical == sum(outcome.replays_by_run.values())
 
 
 def describe(outcome: Outcome, seed: int) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos import harness
-from tests.chaos.campaign import describe, run_campaign
+from tests.chaos.campaign import assert_replayed_where_due, describe, run_campaign
 from tests.chaos.driver import ChaosDriver
 from tests.support.boto3_reads import read_range_boto3
 from tests.support.checker import load_deliveries
@@ -27,6 +27,7 @@ def assert_campaign(outcome, seed):
     assert totals["out_of_order"] == 0, f"records out of order within a run\n{why}"
     assert outcome.beyond_bound == [], f"{outcome.beyond_bound}\n{why}"
     assert outcome.mismatched_replays == [], f"{outcome.mismatched_replays}\n{why}"
+    assert_replayed_where_due(outcome, why)
     assert outcome.sink_duplicates == 0 and outcome.sink_rows == outcome.sent, why
     # the exactly-once sink absorbed re-delivered rows (fewer than the raw duplicates when a kill
     # came between the raw file and the SQLite transaction: that batch reached SQLite once)
@@ -41,6 +42,8 @@ def test_driver_sigkills_and_worker_kills_lose_nothing(kinesis, ddb, make_stream
 
     9: the first run uses Spark's local-cluster[2,1,1024] master (two executor JVMs) when the
     pip pyspark can launch it (it can here; see docs/reliability.md), the others local[2,4].
+    Where it cannot, the campaign runs on local[2,4] alone and the test then reports itself
+    skipped with the reason, after asserting scenarios 1 to 3 (a silent fallback hid it).
     2: in the first two runs (local-cluster, then local[2,4]) a Python worker SIGKILLs itself
     after sending the first page of a range; Spark's task retry must deliver exactly the planned
     range, as read independently with boto3.
@@ -72,6 +75,9 @@ def test_driver_sigkills_and_worker_kills_lose_nothing(kinesis, ddb, make_stream
     assert len(worker_kills) == len(hooks)
     assert all(w["delivered_rows"] == w["range_rows"] > 0 for w in worker_kills), worker_kills
     assert_campaign(outcome, harness.SEED)
+    if why_not is not None:
+        # scenarios 1, 2 and 3 passed on local[2,4]; scenario 9 did not run: said, not hidden
+        pytest.skip(f"scenario 9 (Spark {LOCAL_CLUSTER}) did not run, every run used local[2,4]: {why_not}")
 
 
 def worker_kill_check(kinesis, out: Path, driver: ChaosDriver, stream: str, timeout: float = 240):
