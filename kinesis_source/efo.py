@@ -369,6 +369,10 @@ class SubscribeRangeReader:
                 try:
                     event = self._next_event()
                 except ShardNotFoundError:
+                    gone = True  # reported outside the handler: no chained traceback
+                else:
+                    gone = False
+                if gone:
                     report_shard_gone(
                         rng.stream, rng.shard_id, cursor.position, self._fail_on_data_loss
                     )

@@ -384,6 +384,8 @@ class RangeReader:
             try:
                 page = self._fetch()
             except ShardNotFoundError:
+                page = None  # reported outside the handler: no chained traceback for the user
+            if page is None:
                 rng = self._range
                 report_shard_gone(rng.stream, rng.shard_id, cursor.position, self._fail_on_data_loss)
                 return

@@ -139,8 +139,9 @@ class BudgetPlanner:
                 try:
                     page = await self._prober.first_page(stream, shard, cur.start, limit)
                 except ShardNotFoundError:
-                    report_shard_gone(stream, shard, cur.start, self._prober.fail_on_data_loss)
                     cur.gone = cur.exhausted = True
+                if cur.gone:  # reported outside the handler: no chained traceback
+                    report_shard_gone(stream, shard, cur.start, self._prober.fail_on_data_loss)
                     return
                 cur.opened = True
                 cur.behind_ms = page.behind_ms

@@ -113,8 +113,9 @@ class TailProber:
         try:
             return await self._probe(stream, shard, start, cap)
         except ShardNotFoundError:
-            report_shard_gone(stream, shard, start, self.fail_on_data_loss)
-            return ProbeResult(gone=True)
+            pass  # reported outside the handler, so the user's error carries no chained one
+        report_shard_gone(stream, shard, start, self.fail_on_data_loss)
+        return ProbeResult(gone=True)
 
     async def _probe(
         self, stream: str, shard: str, start: Position, cap: str | None
