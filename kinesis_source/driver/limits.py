@@ -25,10 +25,11 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 
-from . import kpl
-from .kinesis import AsyncKinesis, Page, ShardNotFoundError, report_shard_gone
-from .positions import AFTER, Position, seq_key
-from .probe import MAX_EMPTY_HOPS, ProbeResult, TailProber
+from kinesis_source import kpl
+from kinesis_source.aws.kinesis import AsyncKinesis, Page
+from kinesis_source.driver.probe import MAX_EMPTY_HOPS, ProbeResult, TailProber
+from kinesis_source.errors import ShardNotFoundError, report_shard_gone
+from kinesis_source.positions import AFTER, Position, seq_key
 
 log = logging.getLogger(__name__)
 
