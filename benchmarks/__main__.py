@@ -15,8 +15,9 @@ import datetime
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from benchmarks import commit, e2e, kpl, memory, overhead, planning, read_path, report
 from benchmarks.common import local_env, machine
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     if "memory" in only:
         _run("memory", lambda: memory.run_suite(q), results)
     if only & {"commit", "planning", "e2e", "e2e_canned", "overhead"}:
-        from kinesis_source.local import LocalEndpoint
+        from kinesis_source.tools.local import LocalEndpoint
 
         with LocalEndpoint() as ep:
             if "commit" in only:

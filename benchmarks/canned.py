@@ -204,7 +204,9 @@ def _timestamp(value: Any) -> float:
     try:
         return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
     except ValueError:
-        raise KinesisError("InvalidArgumentException", f"Timestamp {value!r} is not valid")
+        raise KinesisError(
+            "InvalidArgumentException", f"Timestamp {value!r} is not valid"
+        ) from None
 
 
 def _b64(obj: Any) -> str:
@@ -215,7 +217,7 @@ def _unb64(text: Any, what: str) -> Any:
     try:
         return json.loads(base64.urlsafe_b64decode(str(text).encode()))
     except (ValueError, TypeError):
-        raise KinesisError("InvalidArgumentException", f"{what} {text!r} is not valid")
+        raise KinesisError("InvalidArgumentException", f"{what} {text!r} is not valid") from None
 
 
 class CannedBackend:
@@ -387,7 +389,9 @@ def serve(specs: list[StreamSpec], latency: float, arrival_step_ms: int = 1) -> 
             try:
                 req = json.loads(body or b"{}")
             except ValueError:
-                raise KinesisError("SerializationException", "the request body is not JSON")
+                raise KinesisError(
+                    "SerializationException", "the request body is not JSON"
+                ) from None
             return reply(200, backend.answer(op, req))
         except KinesisError as exc:
             return reply(400, json.dumps({"__type": exc.code, "message": exc.message}).encode())
@@ -439,7 +443,7 @@ class CannedKinesisServer:
             raise RuntimeError("the canned Kinesis server is not started")
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "CannedKinesisServer":
+    def start(self) -> CannedKinesisServer:
         """Start the child and wait until it has built the backlog and listens."""
         config = json.dumps({"streams": [asdict(s) for s in self.streams.values()],
                              "latency": self.latency, "arrival_step_ms": self.arrival_step_ms})
@@ -480,7 +484,7 @@ class CannedKinesisServer:
         req = urllib.request.Request(f"{self.url}/canned/reset-stats", data=b"", method="POST")
         urllib.request.urlopen(req, timeout=10).close()
 
-    def __enter__(self) -> "CannedKinesisServer":
+    def __enter__(self) -> CannedKinesisServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -492,8 +496,8 @@ def _smoke(shards: int, records: int, size: int, latency: float) -> None:
     import boto3
 
     from benchmarks.common import settings
-    from kinesis_source.aws import shared_client
-    from kinesis_source.kinesis import RangeReader
+    from kinesis_source.aws.clients import shared_client
+    from kinesis_source.executor.polling import RangeReader
     from kinesis_source.positions import Position, ShardRange
 
     spec = StreamSpec("smoke", shards, records, size)

@@ -17,9 +17,9 @@ from typing import Any
 
 from benchmarks.common import describe, local_env, settings, summary
 from benchmarks.ddb_stub import DynamoStub
-from kinesis_source.checkpoints import CheckpointStore
-from kinesis_source.local import LocalEndpoint
+from kinesis_source.checkpoints.store import CheckpointStore
 from kinesis_source.positions import Position
+from kinesis_source.tools.local import LocalEndpoint
 
 SHARD_COUNTS = (10, 100, 1000)
 # moto's TransactWriteItems copies the table once per item (ddb_stub.py); with positions packed

@@ -15,10 +15,11 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from kinesis_source.aws import AwsSettings
-from kinesis_source.local import LOCAL_CREDENTIALS
+from kinesis_source.aws.clients import AwsSettings
+from kinesis_source.tools.local import LOCAL_CREDENTIALS
 
 REGION = "us-east-1"
 # Records of a put_records call: Kinesis' (and moto's) limit.

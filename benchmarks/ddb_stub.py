@@ -4,7 +4,8 @@ TransactWriteItems), answered at once.
 
 Why besides moto: moto's TransactWriteItems deep-copies the whole table once per item of the
 transaction (moto 5), so with one item per shard (checkpoint format 1) a 1,000-shard commit took
-50-90 s on it, which measured moto and nothing of ours. This stub keeps DynamoDB's limits that matter here (at most 100 items per transaction,
+50-90 s on it, which measured moto and nothing of ours. This stub keeps DynamoDB's limits that matter
+here (at most 100 items per transaction,
 one operation per item) and applies writes without evaluating conditions, so a commit's wall time
 on it is the client side's own cost: building, signing and sending the calls.
 """
@@ -47,7 +48,7 @@ class DynamoStub:
         """``http://127.0.0.1:<port>``."""
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def __enter__(self) -> "DynamoStub":
+    def __enter__(self) -> DynamoStub:
         self._thread.start()
         return self
 

@@ -41,7 +41,7 @@ from benchmarks.common import (
     source_options,
     summary,
 )
-from kinesis_source.local import LocalEndpoint
+from kinesis_source.tools.local import LocalEndpoint
 
 SHARD_COUNTS = (4, 8)
 RECORD_SIZES = (100, 1024)
@@ -197,7 +197,7 @@ def run_canned_suite(
     rows = []
     with CannedKinesisServer(list(specs.values()), latency) as server:
         first = True
-        for (shards, size), spec in specs.items():
+        for (_shards, size), spec in specs.items():
             # The suite's first queries start Spark's Python workers and warm the JVM (again
             # when the moto suite ran before: cheap, and the suite stays the same run alone).
             r = measure_readers(

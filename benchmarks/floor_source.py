@@ -7,11 +7,12 @@ Option ``numPartitions`` (default 4).
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from kinesis_source.records import SCHEMA_DDL
+from kinesis_source.executor.arrow import SCHEMA_DDL
 
 
 class FloorDataSource(DataSource):
@@ -26,7 +27,7 @@ class FloorDataSource(DataSource):
         """kinesis-ddb's schema, so the sink does the same work per row."""
         return SCHEMA_DDL
 
-    def streamReader(self, schema: Any) -> "FloorReader":
+    def streamReader(self, schema: Any) -> FloorReader:
         """The reader."""
         lower = {k.lower(): v for k, v in self.options.items()}
         return FloorReader(int(lower.get("numpartitions", 4)))

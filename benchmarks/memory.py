@@ -39,10 +39,10 @@ def child(url: str, records: int) -> dict[str, Any]:
     import time
 
     from benchmarks.common import settings
-    from kinesis_source.aws import shared_client
-    from kinesis_source.kinesis import RangeReader
+    from kinesis_source.aws.clients import shared_client
+    from kinesis_source.executor.arrow import to_record_batch, user_records
+    from kinesis_source.executor.polling import RangeReader
     from kinesis_source.positions import Position, ShardRange
-    from kinesis_source.records import to_record_batch, user_records
 
     rng = ShardRange(STREAM, SHARD, Position.trim_horizon(), str(seq_of(0, records - 1)))
     start_rss = _rss_bytes()

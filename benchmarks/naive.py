@@ -10,11 +10,12 @@ Options: ``streamName``, ``endpointUrl``, ``region`` (credentials from the envir
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 
-from kinesis_source.records import SCHEMA_DDL
+from kinesis_source.executor.arrow import SCHEMA_DDL
 
 PAGE_LIMIT = 10000
 
@@ -31,7 +32,7 @@ class NaiveKinesisDataSource(DataSource):
         """kinesis-ddb's output schema, so both feed the same sink."""
         return SCHEMA_DDL
 
-    def simpleStreamReader(self, schema: Any) -> "NaiveKinesisReader":
+    def simpleStreamReader(self, schema: Any) -> NaiveKinesisReader:
         """The driver-side reader."""
         return NaiveKinesisReader(dict(self.options))
 

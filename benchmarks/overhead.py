@@ -6,7 +6,8 @@ kinesis-ddb runs no batch for an idle stream, so a producer puts one record per 
 10 ms (during both sources' runs alike): every trigger finds a few records per shard. The rate
 source gets the same number of partitions as the stream has shards and a few rows per batch. We
 also run ``benchmarks/floor_source.py``, a Python source that does no I/O at all (the floor of the
-Python Data Source API). We count batches over a window after a warm-up; the overhead ratio is the rate source's batches/s
+Python Data Source API). We count batches over a window after a warm-up; the overhead ratio is the rate
+source's batches/s
 over ours (= our time per batch over its). The phases of our batches (``durationMs``) say where
 the time goes.
 
@@ -33,7 +34,7 @@ from benchmarks.common import (
     source_options,
     summary,
 )
-from kinesis_source.local import LocalEndpoint
+from kinesis_source.tools.local import LocalEndpoint
 
 SHARDS = 4
 PRODUCER_INTERVAL_S = 0.010
@@ -61,7 +62,7 @@ class Producer:
             )
             self._stop.wait(PRODUCER_INTERVAL_S)
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         self._thread.start()
         return self
 

@@ -1,12 +1,13 @@
 """Planning: what ``latestOffset`` costs on the driver for 10, 100 and 1,000 shards (moto server).
 
-``kinesis_source.planner.Planner.latest_offset`` (the code ``latestOffset`` runs) is timed in its
+``kinesis_source.driver.planner.Planner.latest_offset`` (the code ``latestOffset`` runs) is timed in its
 steady state (listing done, continuation iterators kept from the previous probe) for shards with
 no new data and for shards that each received ``rounds`` new records (one per shard per round,
 1 KB, as a steady producer writes them). For each: wall time, the driver's CPU time, calls, and
 the bytes of the driver's Kinesis responses; the batch's bytes are those of the executors'
 responses when its ranges are read with ``RangeReader`` (once per case; the probe's end is
-checked to be the last record put in every shard). A second case, ``sustained``, is a batch of many records per shard: the probe
+checked to be the last record put in every shard). A second case, ``sustained``, is a batch of many
+records per shard: the probe
 reads a few records per shard whatever the batch's size, so its share shrinks as batches grow.
 
     python -m benchmarks.planning [--quick]
@@ -29,12 +30,12 @@ from benchmarks.common import (
     source_options,
     summary,
 )
-from kinesis_source.aws import shared_client
-from kinesis_source.kinesis import RangeReader
-from kinesis_source.local import LocalEndpoint
+from kinesis_source.aws.clients import shared_client
+from kinesis_source.driver.planner import Planner, plan_ranges
+from kinesis_source.executor.polling import RangeReader
 from kinesis_source.options import SourceOptions
-from kinesis_source.planner import Planner, plan_ranges
 from kinesis_source.positions import Offset, Position, shard_key
+from kinesis_source.tools.local import LocalEndpoint
 
 SHARD_COUNTS = (10, 100, 1000)
 RECORD_BYTES = 1024

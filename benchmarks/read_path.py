@@ -22,9 +22,9 @@ import botocore.session
 from botocore.parsers import ResponseParserFactory, create_parser
 
 from benchmarks.common import describe, summary, timed
-from kinesis_source.aws import KINESIS_PARSER_DEFAULTS
+from kinesis_source.aws.clients import KINESIS_PARSER_DEFAULTS
+from kinesis_source.executor.arrow import to_record_batch, user_records
 from kinesis_source.positions import Position, ShardRange
-from kinesis_source.records import to_record_batch, user_records
 
 _BASE_SEQ = 49590338271490256608559692538361571095921575989136588898
 # The KPL's default AggregationMaxSize: aggregates hold ~50 KB of user records.

@@ -6,7 +6,8 @@ package needs no running Spark: the PySpark modules are imported only when regis
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __version__ = "0.1.0"
 FORMAT = "kinesis-ddb"
@@ -21,14 +22,16 @@ def register(spark: Any, on_commit: Callable[..., Any] | None = None) -> None:
     driver-side Python helper process, not in this process: it travels pickled with the source
     class, so it must be picklable (cloudpickle) and must not rely on this process's state.
     """
-    from .source import KinesisDataSource
+    from kinesis_source.source import KinesisDataSource
 
     if on_commit is None:
         spark.dataSource.register(KinesisDataSource)
         return
 
     # A class made here is pickled by value (cloudpickle), carrying the callback with it.
+    callback = on_commit
+
     class KinesisDataSourceWithCallback(KinesisDataSource):
-        commit_callback = staticmethod(on_commit)
+        commit_callback = staticmethod(callback)
 
     spark.dataSource.register(KinesisDataSourceWithCallback)

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
+
+from kinesis_source.errors import CorruptAggregateError
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +35,6 @@ MAGIC = b"\xf3\x89\x9a\xc2"
 _DIGEST = 16
 
 
-class CorruptAggregateError(ValueError):
-    """An aggregate (magic and MD5 match) whose protobuf body does not decode."""
 
 
 def _body(data: bytes) -> bytes | None:

@@ -13,10 +13,10 @@ finished (one of its descendants is in the offset) or new (none is): only new sh
 
 from __future__ import annotations
 
-from typing import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
-from .kinesis import ShardInfo
-from .positions import Position, shard_key, split_shard_key
+from kinesis_source.aws.kinesis import ShardInfo
+from kinesis_source.positions import Position, shard_key, split_shard_key
 
 
 def _parents(shard: ShardInfo) -> list[str]:

@@ -11,22 +11,14 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Callable, Mapping
+from typing import Any
 from urllib.parse import urlparse
 
-from .positions import (
-    Position,
-    PositionError,
-    check_seq,
-    parse_timestamp,
-)
-
-
-class OptionError(ValueError):
-    """A bad option value: the message names the option, the value and the rule."""
-
+from kinesis_source.errors import OptionError, PositionError
+from kinesis_source.positions import Position, check_seq, parse_timestamp
 
 _STREAM_NAME_RE = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
 
@@ -517,7 +509,7 @@ class SourceOptions:
             )
 
     @staticmethod
-    def parse(raw: Mapping[str, str]) -> "SourceOptions":
+    def parse(raw: Mapping[str, str]) -> SourceOptions:
         """Validate Spark's option map (keys case-insensitive) into a frozen object."""
         specs = {f.metadata["key"].lower(): f for f in fields(SourceOptions)}
         values: dict[str, Any] = {}

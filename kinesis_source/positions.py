@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any
+
+from kinesis_source.errors import PositionError
 
 OFFSET_VERSION = 1
 
@@ -32,8 +35,6 @@ SHARD_END = "SHARD_END"
 _SEQ_RE = re.compile(r"^[0-9]{1,128}$")
 
 
-class PositionError(ValueError):
-    """A position or offset that cannot be parsed."""
 
 
 def check_seq(seq: str, what: str = "sequence number") -> str:
@@ -79,27 +80,27 @@ class Position:
     timestamp: datetime | None = None
 
     @staticmethod
-    def trim_horizon() -> "Position":
+    def trim_horizon() -> Position:
         """Before the oldest record still retained."""
         return Position(TRIM_HORIZON)
 
     @staticmethod
-    def at_timestamp(ts: datetime) -> "Position":
+    def at_timestamp(ts: datetime) -> Position:
         """Before the first record that arrived at or after ``ts``."""
         return Position(AT_TIMESTAMP, timestamp=ts.astimezone(timezone.utc))
 
     @staticmethod
-    def at(seq: str) -> "Position":
+    def at(seq: str) -> Position:
         """Before the record with sequence number ``seq`` (it is included)."""
         return Position(AT, seq=check_seq(seq))
 
     @staticmethod
-    def after(seq: str, sub_seq: int | None = None) -> "Position":
+    def after(seq: str, sub_seq: int | None = None) -> Position:
         """After the record ``seq`` (or after its user record ``sub_seq`` when aggregated)."""
         return Position(AFTER, seq=check_seq(seq), sub_seq=sub_seq)
 
     @staticmethod
-    def shard_end() -> "Position":
+    def shard_end() -> Position:
         """After the last record of a closed shard."""
         return Position(SHARD_END)
 
@@ -122,7 +123,7 @@ class Position:
         return f"{AFTER}:{self.seq}"
 
     @staticmethod
-    def parse(text: str) -> "Position":
+    def parse(text: str) -> Position:
         """Inverse of :meth:`to_str`; raises :class:`PositionError` naming the bad text."""
         if not isinstance(text, str):
             raise PositionError(f"position {text!r} is not a string")
@@ -195,7 +196,7 @@ class Offset:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> "Offset":
+    def from_dict(data: Mapping[str, Any]) -> Offset:
         """Parse an offset handed back by Spark; raises naming what is wrong."""
         if not isinstance(data, Mapping) or "shards" not in data:
             raise PositionError(f"offset {data!r} has no 'shards'")
@@ -212,7 +213,7 @@ class Offset:
         return Offset(shards)
 
     @staticmethod
-    def from_json(text: str) -> "Offset":
+    def from_json(text: str) -> Offset:
         """Parse canonical (or any) JSON text of an offset."""
         return Offset.from_dict(json.loads(text))
 

@@ -1,7 +1,7 @@
 """The Spark glue: ``DataSource`` and ``DataSourceStreamReader`` for ``format("kinesis-ddb")``.
 
 Process model (see docs/architecture.md): the planning methods run in one long-lived Python
-helper per query run and share the :class:`~kinesis_source.planner.Planner` on ``self``;
+helper per query run and share the :class:`~kinesis_source.driver.planner.Planner` on ``self``;
 ``read`` runs in executor Python workers on an unpickled copy of another reader instance, so a
 partition carries everything it needs.
 """
@@ -9,20 +9,22 @@ partition carries everything it needs.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from .aws import AwsSettings, shared_client
-from .committer import Checkpointer
-from .consumer import Consumers
-from .efo import SubscribeRangeReader
-from .kinesis import RangeReader
-from .options import SourceOptions
-from .planner import Planner, plan_ranges
-from .positions import Offset, ShardRange, shard_key
-from .records import SCHEMA_DDL, to_record_batch, user_records
+from kinesis_source.aws.clients import AwsSettings
+from kinesis_source.executor import RangePartition, read_partition
+from kinesis_source.executor.arrow import SCHEMA_DDL
+from kinesis_source.options import SourceOptions
+from kinesis_source.positions import Offset, shard_key
+
+if TYPE_CHECKING:  # driver modules load only in the driver's helper, never on executors
+    from kinesis_source.driver.commits import Checkpointer
+    from kinesis_source.driver.consumers import Consumers
+    from kinesis_source.driver.planner import Planner
 
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import (
@@ -39,32 +41,6 @@ except ImportError:  # pyspark 4.0/4.1: Spark runs AvailableNow as one batch (do
 log = logging.getLogger(__name__)
 
 FORMAT_NAME = "kinesis-ddb"
-
-
-class RangePartition(InputPartition):
-    """One exact shard range plus what an executor needs to read it."""
-
-    def __init__(
-        self,
-        rng: ShardRange,
-        settings: AwsSettings,
-        opts: SourceOptions,
-        consumer_arn: str | None = None,
-        hash_range: tuple[int, int] | None = None,
-    ) -> None:
-        super().__init__(str(rng))
-        self.range = rng
-        self.settings = settings
-        self.consumer_arn = consumer_arn  # set: read by enhanced fan-out subscription
-        # the shard's hash keys: user records of KPL aggregates outside are dropped (None: keep)
-        self.hash_range = hash_range
-        self.page_limit = opts.max_records_per_fetch
-        self.on_corrupt = opts.on_corrupt_aggregate
-        self.fail_on_data_loss = opts.fail_on_data_loss
-
-    def __repr__(self) -> str:
-        # The default repr lists every attribute; the settings hold secrets.
-        return f"RangePartition({self.range})"
 
 
 class KinesisDataSource(DataSource):
@@ -84,7 +60,7 @@ class KinesisDataSource(DataSource):
         SourceOptions.parse(dict(self.options))
         return SCHEMA_DDL
 
-    def streamReader(self, schema: StructType) -> "KinesisStreamReader":
+    def streamReader(self, schema: StructType) -> KinesisStreamReader:
         """A planning/reading object; options are validated here, so errors come early."""
         callback = type(self).commit_callback
         return KinesisStreamReader(SourceOptions.parse(dict(self.options)), callback)
@@ -123,6 +99,8 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
     def planner(self) -> Planner:
         """The run's planner, created lazily in the driver-side helper process."""
         if self._planner is None:
+            from kinesis_source.driver.planner import Planner
+
             self._planner = Planner(self._opts)
         return self._planner
 
@@ -130,6 +108,8 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
     def checkpointer(self) -> Checkpointer:
         """The run's DynamoDB checkpointer, created lazily in the driver-side helper."""
         if self._checkpointer is None:
+            from kinesis_source.driver.commits import Checkpointer
+
             self._checkpointer = Checkpointer(self._opts, self.planner, self._callback)
         return self._checkpointer
 
@@ -196,17 +176,21 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         """One partition per shard range that holds records."""
+        from kinesis_source.driver.planner import plan_ranges
+
         settings = AwsSettings.for_kinesis(self._opts)
         self._known_end = Offset.from_dict(end)
         ranges = plan_ranges(Offset.from_dict(start), self._known_end)
         arns: dict[str, str] = {}
         if ranges and self._opts.consumer_mode == "efo":
             if self._consumers is None:
+                from kinesis_source.driver.consumers import Consumers
+
                 self._consumers = Consumers(self._opts)
             arns = self._consumers.arns()
         hashes = self.planner.hash_ranges() if ranges else {}
         return [
-            RangePartition(
+            RangePartition.of(
                 r,
                 settings,
                 self._opts,
@@ -216,21 +200,9 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
             for r in ranges
         ]
 
-    def read(self, partition: RangePartition) -> Iterator[Any]:
+    def read(self, partition: RangePartition) -> Iterator[Any]:  # type: ignore[override]
         """Replay one range in order as Arrow batches (runs on an executor)."""
-        rng = partition.range
-        client = shared_client(partition.settings, "kinesis")
-        reader: RangeReader | SubscribeRangeReader
-        if partition.consumer_arn is not None:
-            reader = SubscribeRangeReader(
-                client, partition.consumer_arn, rng, partition.fail_on_data_loss
-            )
-        else:
-            reader = RangeReader(client, rng, partition.page_limit, partition.fail_on_data_loss)
-        for records in reader.pages():
-            users = user_records(records, rng, partition.on_corrupt, partition.hash_range)
-            if users:
-                yield to_record_batch(rng.stream, rng.shard_id, users)
+        return read_partition(partition)
 
     def commit(self, end: dict) -> None:
         """Spark finished every batch up to ``end``: write it to DynamoDB (fenced)."""

@@ -10,7 +10,7 @@ import uuid
 import boto3
 import pytest
 
-from kinesis_source.local import LOCAL_CREDENTIALS, LocalEndpoint
+from kinesis_source.tools.local import LOCAL_CREDENTIALS, LocalEndpoint
 from tests.support import expiry
 from tests.support.kinesis_local import KinesisLocal
 from tests.support.waiting import wait_for

@@ -58,8 +58,8 @@ class Outcome:
     replays_by_run: dict[str, int] = field(default_factory=dict)  # run -> identical replays
 
     def figures(self) -> dict[str, Any]:
-        keep = [r for k, r in zip(self.kills, self.runs[1:]) if k.keep_checkpoint_next]
-        drop = [r for k, r in zip(self.kills, self.runs[1:]) if not k.keep_checkpoint_next]
+        keep = [r for k, r in zip(self.kills, self.runs[1:], strict=True) if k.keep_checkpoint_next]
+        drop = [r for k, r in zip(self.kills, self.runs[1:], strict=True) if not k.keep_checkpoint_next]
         totals = self.report.totals()
         return {
             "runs": len(self.runs),
@@ -116,7 +116,7 @@ def run_campaign(
             run = f"run{i:02d}"
             runs.append(run)
             driver = ChaosDriver(run, out, out / f"ck{ck}", options, master=masters.get(i, "local[2,4]"), db=db)
-            wait_for(lambda: driver.check_alive() and driver.started(), timeout=startup_timeout,
+            wait_for(lambda driver=driver: driver.check_alive() and driver.started(), timeout=startup_timeout,
                      what=f"driver {run} to start")
             if i in hooks:
                 hooks[i](driver)
@@ -125,11 +125,11 @@ def run_campaign(
             target = rng.choice(TARGET_GROUPS[i % len(TARGET_GROUPS)])
             delay = rng.uniform(0.5, 8.0) if target == "random" else rng.uniform(0.0, 3.0)
             deadline = time.monotonic() + delay
-            wait_for(lambda: driver.check_alive() and time.monotonic() >= deadline,
+            wait_for(lambda driver=driver, deadline=deadline: driver.check_alive() and time.monotonic() >= deadline,
                      timeout=delay + 30, what=f"{delay:.1f}s into {run}")
             if target != "random":
                 driver.pause_at(target)
-                wait_for(lambda: driver.check_alive() and driver.paused(), timeout=240,
+                wait_for(lambda driver=driver: driver.check_alive() and driver.paused(), timeout=240,
                          what=f"driver {run} to reach {target}")
             hit = driver.phase_now() if target == "random" else target
             after = time.monotonic() - driver.started_at
@@ -226,7 +226,7 @@ def replays_due(outcome: Outcome) -> list[str]:
     checkpoint after a kill aimed inside the sink (the batch's rows were delivered, its
     delivery file written, and Spark's commit of the batch not: the restart runs it again)."""
     return [
-        run for kill, run in zip(outcome.kills, outcome.runs[1:])
+        run for kill, run in zip(outcome.kills, outcome.runs[1:], strict=False)
         if kill.hit in SINK_PHASES and kill.keep_checkpoint_next
     ]
 

@@ -26,7 +26,8 @@ import logging
 import os
 import signal
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from kinesis_source.options import SourceOptions
 from kinesis_source.source import KinesisDataSource, KinesisStreamReader

@@ -24,8 +24,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from tests.chaos.chaos_source import CHAOS_FORMAT, note, pause_point
 

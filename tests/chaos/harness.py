@@ -70,7 +70,7 @@ class BackgroundProducer:
         except BaseException as exc:  # noqa: BLE001 - reported by stop()
             self.error = exc
 
-    def start(self) -> "BackgroundProducer":
+    def start(self) -> BackgroundProducer:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self

@@ -51,7 +51,8 @@ def write_exactly_once(db: Path, rows: list[Record], run: str, batch_id: int) ->
             if fresh:
                 top = str(max(int(r[2]) for r in fresh))
                 con.execute(
-                    "INSERT INTO applied VALUES (?, ?, ?) ON CONFLICT (stream, shard) DO UPDATE SET last_seq = excluded.last_seq",
+                    "INSERT INTO applied VALUES (?, ?, ?) ON CONFLICT (stream, shard) "
+                    "DO UPDATE SET last_seq = excluded.last_seq",
                     (stream, shard, top),
                 )
             fresh_total += len(fresh)

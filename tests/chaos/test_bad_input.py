@@ -8,8 +8,9 @@ import uuid
 
 import pytest
 
-from kinesis_source.local import free_port
-from kinesis_source.options import OptionError, SourceOptions, option_specs
+from kinesis_source.errors import OptionError
+from kinesis_source.options import SourceOptions, option_specs
+from kinesis_source.tools.local import free_port
 from tests.chaos import harness
 from tests.chaos.driver import ChaosDriver
 from tests.support.committed import TABLE
@@ -172,7 +173,9 @@ def test_missing_stream_names_it(spark, ddb, kinesis, source_options, tmp_path):
     assert f"Kinesis stream '{stream}' was not found" in message and "streamName" in message, message[-800:]
 
 
-def test_missing_table_with_create_false_names_it_and_creates_nothing(spark, ddb, make_stream, source_options, tmp_path):
+def test_missing_table_with_create_false_names_it_and_creates_nothing(
+    spark, ddb, make_stream, source_options, tmp_path
+):
     table = f"absent-{uuid.uuid4().hex[:6]}"
     options = {**source_options, **FAST_FAIL, "streamName": make_stream(1), "checkpointTable": table,
                "createTable": "false"}

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kinesis_source.checkpoints import order_key
+from kinesis_source.checkpoints.format import order_key
 from tests.chaos import harness
 from tests.support.checker import Delivery, check
 from tests.support.committed import TABLE, stored, wait_committed
@@ -23,7 +23,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.backends("moto")]
 
 OPS = {
     "dynamodb": {"DescribeTable", "CreateTable", "UpdateItem", "Query", "TransactWriteItems", "GetItem", "PutItem"},
-    "kinesis": {"ListShards", "GetShardIterator", "GetRecords", "DescribeStreamSummary", "DescribeStream", "ListStreams"},
+    "kinesis": {
+        "ListShards", "GetShardIterator", "GetRecords", "DescribeStreamSummary", "DescribeStream", "ListStreams"
+    },
 }
 ENDPOINT_OPTION = {"dynamodb": "dynamodbEndpointUrl", "kinesis": "endpointUrl"}
 

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from kinesis_source.aws import AwsSettings
-from kinesis_source.options import OptionError, SourceOptions
+from kinesis_source.aws.clients import AwsSettings
+from kinesis_source.errors import OptionError
+from kinesis_source.executor import RangePartition
+from kinesis_source.options import SourceOptions
 from kinesis_source.positions import Position, ShardRange
-from kinesis_source.source import KinesisDataSource, KinesisStreamReader, RangePartition
+from kinesis_source.source import KinesisDataSource, KinesisStreamReader
 from tests.chaos import harness
 from tests.chaos.driver import ChaosDriver
 from tests.support.checker import load_deliveries
@@ -87,7 +89,7 @@ def test_secrets_appear_nowhere(ddb, kinesis, make_stream, source_options, tmp_p
     settings = AwsSettings.for_kinesis(opts)
     rng = ShardRange(stream, "shardId-000000000000", Position.trim_horizon(), "5")
     shown = [repr(opts), str(opts), repr(settings), str(settings), repr(AwsSettings.for_dynamodb(opts)),
-             repr(KinesisStreamReader(opts)), repr(RangePartition(rng, settings, opts)),
+             repr(KinesisStreamReader(opts)), repr(RangePartition.of(rng, settings, opts)),
              repr(KinesisDataSource(options))]
     assert not any(secret in s or token in s for s in shown), "a repr shows the secret or the token"
     assert settings.secret_key == secret  # (they are held, just not shown)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinesis_source.checkpoints import CheckpointStore
+from kinesis_source.checkpoints.store import CheckpointStore
 from tests.support.committed import TABLE, wait_committed
 from tests.support.producer import Producer
 from tests.support.spark_query import running

@@ -8,7 +8,12 @@ import random
 import pytest
 
 from kinesis_source.kpl import MAGIC
-from tests.support.aggregates import aggregate, corrupt_checksum, truncated_body, wrong_digest
+from tests.support.aggregates import (
+    aggregate,
+    corrupt_checksum,
+    truncated_body,
+    wrong_digest,
+)
 from tests.support.spark_query import failure_of, running
 from tests.support.waiting import wait_for
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from kinesis_source.checkpoints import FORMAT_VERSION, CheckpointStore
+from kinesis_source.checkpoints.format import FORMAT_VERSION
+from kinesis_source.checkpoints.store import CheckpointStore
 from kinesis_source.positions import Offset, Position
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"

@@ -7,17 +7,20 @@ import uuid
 
 import pytest
 
-from kinesis_source import checkpoints
-from kinesis_source.checkpoints import (
+from kinesis_source.checkpoints import format as checkpoint_format
+from kinesis_source.checkpoints import store as checkpoint_store
+from kinesis_source.checkpoints.format import (
     FORMAT_VERSION,
-    CheckpointError,
-    CheckpointFencedError,
-    CheckpointStore,
-    CheckpointTableError,
     bucket_key,
     initial_bucket_key,
     item_key,
     order_key,
+)
+from kinesis_source.checkpoints.store import CheckpointStore
+from kinesis_source.errors import (
+    CheckpointError,
+    CheckpointFencedError,
+    CheckpointTableError,
 )
 from kinesis_source.positions import Offset, Position
 from tests.support.cli import cli
@@ -42,7 +45,11 @@ def test_claim_bumps_the_epoch_and_records_the_owner(store):
 
 def test_commit_and_snapshot_round_trip_56_digit_positions(store):
     epoch = store.claim("o", "h").epoch
-    positions = {"s/shardId-0": Position.after(SEQ), "s/shardId-1": Position.shard_end(), "t/shardId-0": Position.after("7", 2)}
+    positions = {
+        "s/shardId-0": Position.after(SEQ),
+        "s/shardId-1": Position.shard_end(),
+        "t/shardId-0": Position.after("7", 2),
+    }
     assert store.commit(epoch, "o", positions) == 1
     snap = store.snapshot()
     assert snap.positions() == positions
@@ -291,7 +298,7 @@ def test_saving_initial_positions_is_fenced(store):
 
 def test_a_save_cut_short_between_transactions_is_not_read(store, monkeypatch):
     epoch = store.claim("o", "h").epoch
-    monkeypatch.setattr(checkpoints, "_MAX_TRANSACT_BYTES", 50_000)  # ~10 transactions
+    monkeypatch.setattr(checkpoint_format, "MAX_TRANSACT_BYTES", 50_000)  # ~10 transactions
     calls = []
 
     def fail_the_third(**_):
@@ -378,7 +385,7 @@ def test_the_previous_format_refuses_an_application_written_in_format_3(store, m
     assert FORMAT_VERSION == 3
     epoch = store.claim("o", "h").epoch
     store.save_initial(epoch, "LATEST", many_resolved(10), {"s": "t0"})
-    monkeypatch.setattr(checkpoints, "FORMAT_VERSION", 2)  # the release before this one
+    monkeypatch.setattr(checkpoint_store, "FORMAT_VERSION", 2)  # the release before this one
     old = CheckpointStore(store.client, store.table, store.app)
     with pytest.raises(CheckpointError) as err:
         old.claim("old", "h2")

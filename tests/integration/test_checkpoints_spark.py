@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from kinesis_source import register
-from kinesis_source.demo_driver import DriverProcess
 from kinesis_source.positions import seq_key
+from kinesis_source.tools.demo_driver import DriverProcess
 from tests.support import callbacks
 from tests.support.cli import cli
 from tests.support.committed import TABLE, stored, wait_committed
@@ -186,7 +186,7 @@ def test_commit_callbacks_both_ways_once_per_commit(
     try:
         for total in (100, 200, 300):
             producer.put(100)
-            wait_for(lambda: sink.count() >= total, timeout=90, what=f"{total} rows")
+            wait_for(lambda total=total: sink.count() >= total, timeout=90, what=f"{total} rows")
             wait_committed(ddb, app, stream, producer.sent)
         # No more data: the source's commit counter (in progress events) settles at the number
         # of DynamoDB commits, which must equal the number of callback invocations. The last
@@ -216,7 +216,7 @@ def test_commit_callbacks_both_ways_once_per_commit(
     assert by_fn == by_option, "the two callbacks saw different commits"
     assert len(by_fn) == calls >= 3, "one callback per DynamoDB commit"
     assert by_fn[-1]["positions"] == final
-    for before, after in zip(by_fn, by_fn[1:]):
+    for before, after in zip(by_fn, by_fn[1:], strict=True):
         for key, seq in before["positions"].items():
             assert seq_key(after["positions"][key]) >= seq_key(seq)
         assert after != before
@@ -256,7 +256,7 @@ def test_raising_callback_with_errors_logged_goes_on(
         ran = runs.read_text().splitlines() if runs.exists() else []
         text = logged.read_text() if logged.exists() else ""
         return len(ran), text.count(
-            "ERROR kinesis_source.committer: commit callback record_then_explode raised; "
+            "ERROR kinesis_source.driver.commits: commit callback record_then_explode raised; "
             "going on (onCommitErrors=log)"
         ), text
 

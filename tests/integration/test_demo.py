@@ -14,7 +14,7 @@ pytestmark = pytest.mark.spark
 def test_demo_kills_mid_batch_resumes_from_dynamodb_and_checks_the_counts():
     proc = subprocess.run(
         # a loaded CI machine gets more than the 110 s a user's demo allows itself
-        [sys.executable, "-m", "kinesis_source.cli", "demo", "--records", "3000", "--rate", "300",
+        [sys.executable, "-m", "kinesis_source.tools.cli", "demo", "--records", "3000", "--rate", "300",
          "--deadline", "200"],
         stdin=subprocess.DEVNULL,
         capture_output=True,

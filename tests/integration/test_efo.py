@@ -17,20 +17,22 @@ from datetime import datetime, timezone
 import pytest
 from botocore.exceptions import ClientError
 
-from kinesis_source import efo
-from kinesis_source.aws import AwsSettings
-from kinesis_source.kinesis import (
+from kinesis_source.aws.clients import AwsSettings, error_code
+from kinesis_source.aws.kinesis import IN_USE
+from kinesis_source.driver.consumers import deregister_consumer, ensure_consumer, stream_arn
+from kinesis_source.errors import (
+    ConsumerError,
     DataLossError,
     KinesisSourceError,
     RangeIncompleteError,
-    error_code,
 )
+from kinesis_source.executor.arrow import to_record_batch, user_records
+from kinesis_source.executor.fanout import SubscribeRangeReader
 from kinesis_source.positions import Position, ShardRange
-from kinesis_source.records import to_record_batch, user_records
 from tests.support.boto3_reads import read_range_boto3
 from tests.support.efo_server import EfoServer
-from tests.support.proxy import FaultProxy
 from tests.support.producer import Producer
+from tests.support.proxy import FaultProxy
 from tests.support.waiting import wait_for
 
 RECORDS = 240
@@ -153,7 +155,7 @@ def _all_ranges(backing_client, stream, by_shard):
 
 def _consumer(client, stream: str) -> str:
     name = f"c-{uuid.uuid4().hex[:8]}"
-    return efo.ensure_consumer(client, stream, name, timeout_s=10, poll_s=0.05)
+    return ensure_consumer(client, stream, name, timeout_s=10, poll_s=0.05)
 
 
 def test_subscribe_reads_what_get_records_reads(efo_server, client, backing_client, filled):
@@ -161,7 +163,7 @@ def test_subscribe_reads_what_get_records_reads(efo_server, client, backing_clie
     arn = _consumer(client, stream)
     for rng in _all_ranges(backing_client, stream, by_shard):
         expected = _expected(backing_client, rng)
-        reader = efo.SubscribeRangeReader(client, arn, rng)
+        reader = SubscribeRangeReader(client, arn, rng)
         got = _read(reader)
         _assert_reads(got, rng, backing_client, by_shard[rng.shard_id])
         assert got and got[-1]["SequenceNumber"] == rng.end_seq
@@ -181,7 +183,7 @@ def test_resubscribes_when_subscriptions_end(efo_server, client, backing_client,
     efo_server.page_limit = 5
     for rng in _all_ranges(backing_client, stream, by_shard)[:3]:
         before = efo_server.subscriptions
-        reader = efo.SubscribeRangeReader(client, arn, rng)
+        reader = SubscribeRangeReader(client, arn, rng)
         expected = _expected(backing_client, rng)
         _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
         assert reader.subscriptions > 1 and reader.failures == 0
@@ -234,7 +236,7 @@ def test_second_subscription_is_refused_then_takes_over(efo_server, client, fill
         try:
             return subscribe()
         except ClientError as exc:
-            assert error_code(exc) == efo.IN_USE
+            assert error_code(exc) == IN_USE
             return None
 
     second = wait_for(take_over, timeout=10, interval=0.05, what="a subscription taking over")
@@ -249,7 +251,7 @@ def test_error_events_mid_range_are_survived(efo_server, client, backing_client,
     arn = _consumer(client, stream)
     rng = _all_ranges(backing_client, stream, by_shard)[1]  # AFTER:s3 .. last record
     efo_server.inject_error("InternalFailureException", after_events=2, times=2)
-    reader = efo.SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
+    reader = SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
     _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
     assert reader.failures == 2 and reader.subscriptions == 3
 
@@ -259,7 +261,7 @@ def test_dropped_connections_are_survived(efo_server, client, backing_client, fi
     arn = _consumer(client, stream)
     rng = _all_ranges(backing_client, stream, by_shard)[0]  # TRIM_HORIZON .. the middle
     efo_server.drop_connection(after_events=1, times=2)
-    reader = efo.SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
+    reader = SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
     _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
     assert reader.failures == 2 and reader.subscriptions == 3
 
@@ -271,7 +273,7 @@ def test_resource_in_use_while_a_subscription_lingers(efo_server, client, backin
     # Kinesis refuses a new subscription of a consumer and shard within 5 s of the last one.
     efo_server.in_use_window_s = 5.0
     efo_server.inject_error("InternalFailureException", after_events=1, times=1)
-    reader = efo.SubscribeRangeReader(  # attempts for 12 s at most, past the window
+    reader = SubscribeRangeReader(  # attempts for 12 s at most, past the window
         client, arn, rng, max_attempts=60, retry_wait_s=0.05, max_wait_s=0.2
     )
     _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
@@ -285,7 +287,7 @@ def test_bounded_attempts(efo_server, client, backing_client, filled):
     arn = _consumer(client, stream)
     rng = _all_ranges(backing_client, stream, by_shard)[1]
     efo_server.inject_error("InternalFailureException", after_events=0, times=100)
-    reader = efo.SubscribeRangeReader(client, arn, rng, max_attempts=3, retry_wait_s=0.01)
+    reader = SubscribeRangeReader(client, arn, rng, max_attempts=3, retry_wait_s=0.01)
     with pytest.raises(Exception, match="InternalFailureException"):
         _read(reader)
     assert reader.subscriptions == 3
@@ -297,7 +299,7 @@ def test_range_past_the_tip_is_incomplete(efo_server, client, filled):
     shard, puts = sorted(by_shard.items())[0]
     beyond = str(int(puts[-1].seq) + 1)
     rng = ShardRange(stream, shard, Position.after(puts[-5].seq), beyond)
-    reader = efo.SubscribeRangeReader(client, arn, rng)
+    reader = SubscribeRangeReader(client, arn, rng)
     got = []
     with pytest.raises(RangeIncompleteError, match="tip") as info:
         for page in reader.pages():
@@ -316,8 +318,8 @@ def test_trimmed_start_is_data_loss(kinesis_backend, filled):
         client = _client(server.url)
         arn = _consumer(client, stream)
         with pytest.raises(DataLossError, match=f"{shard}.*oldest record left is {puts[5].seq}"):
-            _read(efo.SubscribeRangeReader(client, arn, rng))
-        got = _read(efo.SubscribeRangeReader(client, arn, rng, fail_on_data_loss=False))
+            _read(SubscribeRangeReader(client, arn, rng))
+        got = _read(SubscribeRangeReader(client, arn, rng, fail_on_data_loss=False))
         # plain GetRecords through the proxy land on the oldest record left, puts[5]
         assert got == read_range_boto3(_client(proxy.url), stream, shard, "TRIM_HORIZON", rng.end_seq)
     assert [(r["SequenceNumber"], r["Data"]) for r in got] == [(p.seq, p.data) for p in puts[5:10]]
@@ -342,7 +344,7 @@ def test_closed_shard(efo_server, client, backing_client, make_stream, kinesis):
     shard = parent["ShardId"]
     # A range up to the parent's last record reads like GetRecords does.
     rng = ShardRange(stream, shard, Position.after(puts[4].seq), puts[-1].seq)
-    _assert_reads(_read(efo.SubscribeRangeReader(client, arn, rng)), rng, backing_client, puts)
+    _assert_reads(_read(SubscribeRangeReader(client, arn, rng)), rng, backing_client, puts)
     # The subscription's last event names the children, and the stream ends.
     events = client.subscribe_to_shard(
         ConsumerARN=arn,
@@ -356,7 +358,7 @@ def test_closed_shard(efo_server, client, backing_client, make_stream, kinesis):
     beyond = str(int(puts[-1].seq) + 1)
     rng = ShardRange(stream, shard, Position.after(puts[-3].seq), beyond)
     with pytest.raises(RangeIncompleteError, match="the shard ended"):
-        _read(efo.SubscribeRangeReader(client, arn, rng))
+        _read(SubscribeRangeReader(client, arn, rng))
 
 
 # -- consumer lifecycle ------------------------------------------------------------------
@@ -366,48 +368,48 @@ def test_ensure_consumer_registers_once_and_waits_for_active(efo_server, client,
     stream = make_stream(1)
     efo_server.activation_delay_s = 0.5
     started = time.monotonic()
-    arn = efo.ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
+    arn = ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
     assert time.monotonic() - started >= 0.5
     desc = client.describe_stream_consumer(ConsumerARN=arn)["ConsumerDescription"]
     assert desc["ConsumerStatus"] == "ACTIVE" and desc["ConsumerName"] == "app"
-    assert efo.ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05) == arn
+    assert ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05) == arn
     assert efo_server.calls["RegisterStreamConsumer"] == 1
-    stream_arn = efo.stream_arn(client, stream)
-    consumers = client.list_stream_consumers(StreamARN=stream_arn)["Consumers"]
+    arn_of_stream = stream_arn(client, stream)
+    consumers = client.list_stream_consumers(StreamARN=arn_of_stream)["Consumers"]
     assert [c["ConsumerName"] for c in consumers] == ["app"]
 
 
 def test_deregister_consumer(efo_server, client, make_stream):
     stream = make_stream(1)
-    arn = efo.ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
-    assert efo.deregister_consumer(client, stream, "app", timeout_s=10, poll_s=0.05) is True
-    assert efo.deregister_consumer(client, stream, "app") is False
+    arn = ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
+    assert deregister_consumer(client, stream, "app", timeout_s=10, poll_s=0.05) is True
+    assert deregister_consumer(client, stream, "app") is False
     # The name is free again: a new consumer (a new ARN) is registered.
     efo_server.activation_delay_s = 0.0
-    again = efo.ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
+    again = ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
     assert efo_server.calls["RegisterStreamConsumer"] == 2
     assert again.startswith(arn.rpartition(":")[0])
 
 
 def test_ensure_consumer_waits_out_a_deletion(efo_server, client, make_stream):
     stream = make_stream(1)
-    efo.ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
+    ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
     efo_server.deletion_delay_s = 0.4
-    efo.deregister_consumer(client, stream, "app")  # DELETING for 0.4 s
-    arn = efo.ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
+    deregister_consumer(client, stream, "app")  # DELETING for 0.4 s
+    arn = ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
     desc = client.describe_stream_consumer(ConsumerARN=arn)["ConsumerDescription"]
     assert desc["ConsumerStatus"] == "ACTIVE"
 
 
 def test_consumer_errors_name_stream_and_consumer(efo_server, client, make_stream):
     with pytest.raises(KinesisSourceError, match="'no-such-stream'.*streamName"):
-        efo.ensure_consumer(client, "no-such-stream", "app", timeout_s=5, poll_s=0.05)
+        ensure_consumer(client, "no-such-stream", "app", timeout_s=5, poll_s=0.05)
     stream = make_stream(1)
     efo_server.consumer_limit = 1
-    efo.ensure_consumer(client, stream, "first", timeout_s=10, poll_s=0.05)
-    with pytest.raises(efo.ConsumerError, match=f"'second'.*'{stream}'.*at most 20"):
-        efo.ensure_consumer(client, stream, "second", timeout_s=10, poll_s=0.05)
+    ensure_consumer(client, stream, "first", timeout_s=10, poll_s=0.05)
+    with pytest.raises(ConsumerError, match=f"'second'.*'{stream}'.*at most 20"):
+        ensure_consumer(client, stream, "second", timeout_s=10, poll_s=0.05)
     efo_server.consumer_limit = 20
     efo_server.activation_delay_s = 60
-    with pytest.raises(efo.ConsumerError, match="CREATING, not ACTIVE"):
-        efo.ensure_consumer(client, stream, "slow", timeout_s=0.3, poll_s=0.05)
+    with pytest.raises(ConsumerError, match="CREATING, not ACTIVE"):
+        ensure_consumer(client, stream, "slow", timeout_s=0.3, poll_s=0.05)

@@ -70,13 +70,13 @@ def server_client(url):
 
 @pytest.mark.backends("moto")
 def test_cli_deregisters_a_consumer_left_behind(kinesis_backend, make_stream, capsys):
-    from kinesis_source import efo
-    from kinesis_source.cli import main
+    from kinesis_source.driver import consumers
+    from kinesis_source.tools.cli import main
 
     stream = make_stream(1)
     with EfoServer(kinesis_backend, activation_delay_s=0.1) as server:
         client = server_client(server.url)
-        efo.ensure_consumer(client, stream, "left-behind", timeout_s=30, poll_s=0.1)
+        consumers.ensure_consumer(client, stream, "left-behind", timeout_s=30, poll_s=0.1)
         args = ["consumers", "deregister", "--stream", stream, "--name", "left-behind",
                 "--endpoint-url", server.url, "--region", "us-east-1"]
         assert main(args) == 0

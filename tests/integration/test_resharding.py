@@ -46,7 +46,7 @@ class KeyedProducer:
                     i += 1
                 resp = self.client.put_records(StreamName=self.stream, Records=batch)
                 assert resp.get("FailedRecordCount", 0) == 0, resp
-                for rec, res in zip(batch, resp["Records"]):
+                for rec, res in zip(batch, resp["Records"], strict=True):
                     self.sent.append((res["ShardId"], res["SequenceNumber"], rec["Data"]))
         except BaseException as exc:  # surfaced by the test
             self.error = exc

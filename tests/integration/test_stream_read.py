@@ -242,7 +242,8 @@ def _arrivals(kinesis, stream, skip=0):
         it = kinesis.get_shard_iterator(
             StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
         )["ShardIterator"]
-        out.extend(r["ApproximateArrivalTimestamp"].timestamp() for r in kinesis.get_records(ShardIterator=it)["Records"])
+        records = kinesis.get_records(ShardIterator=it)["Records"]
+        out.extend(r["ApproximateArrivalTimestamp"].timestamp() for r in records)
     return sorted(out)[skip:]
 
 

@@ -1,8 +1,8 @@
 """An independent oracle for what a planned range holds: plain boto3 calls, no code of ours.
 
-The readers under test (polling and fan-out) share :class:`kinesis_source.kinesis.RangeCursor`,
-:func:`~kinesis_source.kinesis.check_opening` and
-:func:`~kinesis_source.kinesis.opening_position`; comparing one with the other would pass a bug
+The readers under test (polling and fan-out) share :class:`kinesis_source.executor.cursor.RangeCursor`,
+:func:`~kinesis_source.executor.cursor.check_opening` and
+:func:`~kinesis_source.executor.cursor.opening_position`; comparing one with the other would pass a bug
 they share. This reads with the iterator type the position names (``AFTER:s`` is
 ``AFTER_SEQUENCE_NUMBER``, no opening one record early, no check record to drop) and cuts at the
 end by integer comparison, written out here.

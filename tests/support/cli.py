@@ -10,7 +10,7 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run the kinesis-ddb command with no terminal on standard input; with ``check``, assert
     it succeeded (showing its standard error)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "kinesis_source.cli", *args],
+        [sys.executable, "-m", "kinesis_source.tools.cli", *args],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

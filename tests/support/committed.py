@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kinesis_source.checkpoints import CheckpointStore
+from kinesis_source.checkpoints.store import CheckpointStore
 from kinesis_source.positions import Position, seq_key
 from tests.support.waiting import wait_for
 

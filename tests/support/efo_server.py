@@ -44,7 +44,7 @@ from urllib.parse import urlparse
 
 from botocore.exceptions import ClientError
 
-from kinesis_source.aws import AwsSettings
+from kinesis_source.aws.clients import AwsSettings
 
 SUBSCRIBE = "SubscribeToShard"
 CONSUMER_OPS = {
@@ -523,7 +523,7 @@ class EfoServer:
         """``http://127.0.0.1:<port>`` of the server."""
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def __enter__(self) -> "EfoServer":
+    def __enter__(self) -> EfoServer:
         self._thread.start()
         return self
 

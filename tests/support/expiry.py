@@ -14,8 +14,8 @@ from concurrent.futures import Future
 
 import boto3
 
-from kinesis_source.aws import AwsSettings
-from kinesis_source.kinesis import RangeReader, error_code
+from kinesis_source.aws.clients import AwsSettings, error_code
+from kinesis_source.executor.polling import RangeReader
 from kinesis_source.positions import Position, ShardRange
 
 EXPIRY_DEADLINE_S = 420  # kinesis-local expires iterators after 300 s
@@ -51,7 +51,9 @@ def run(url: str) -> dict:
     )
     pages = reader.pages()
     got = [r["SequenceNumber"] for r in next(pages)]
-    witness = client.get_shard_iterator(StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    witness = client.get_shard_iterator(
+        StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
     started = time.monotonic()
     while not _expired(client, witness):  # a twin of the reader's iterator, made as late
         if time.monotonic() - started > EXPIRY_DEADLINE_S:

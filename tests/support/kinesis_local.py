@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kinesis_source.local import free_port
+from kinesis_source.tools.local import free_port
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kinesis_local" / "node_modules" / "kinesis-local"
 _BIND_ANY = 'em("0.0.0.0")'
@@ -49,7 +49,7 @@ class KinesisLocal:
         """``http://127.0.0.1:<plain port>``."""
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "KinesisLocal":
+    def start(self) -> KinesisLocal:
         """Start on free ports and wait until the plain port accepts connections."""
         main_js = PACKAGE / "main.js"
         if not main_js.exists():
@@ -101,7 +101,7 @@ class KinesisLocal:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
-    def __enter__(self) -> "KinesisLocal":
+    def __enter__(self) -> KinesisLocal:
         return self.start()
 
     def __exit__(self, *exc) -> None:

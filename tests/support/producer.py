@@ -42,7 +42,7 @@ class Producer:
                     rec["ExplicitHashKey"] = hash_key
             resp = self.client.put_records(StreamName=self.stream, Records=batch)
             assert resp.get("FailedRecordCount", 0) == 0, resp
-            for rec, res in zip(batch, resp["Records"]):
+            for rec, res in zip(batch, resp["Records"], strict=True):
                 rec.pop("ExplicitHashKey", None)
                 out.append(Put(rec["Data"], rec["PartitionKey"], res["ShardId"], res["SequenceNumber"]))
             count -= n

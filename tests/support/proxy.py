@@ -253,7 +253,7 @@ class FaultProxy:
         """``http://127.0.0.1:<port>`` of the proxy."""
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         self._thread.start()
         return self
 

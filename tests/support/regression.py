@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from kinesis_source.checkpoints import CheckpointStore, order_key
+from kinesis_source.checkpoints.format import order_key
+from kinesis_source.checkpoints.store import CheckpointStore
 from kinesis_source.positions import Position
 from tests.support.committed import TABLE
 

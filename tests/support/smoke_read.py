@@ -22,7 +22,7 @@ import pyspark  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 from kinesis_source import register  # noqa: E402
-from kinesis_source.local import LocalEndpoint  # noqa: E402
+from kinesis_source.tools.local import LocalEndpoint  # noqa: E402
 
 
 def main() -> None:

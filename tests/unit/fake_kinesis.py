@@ -7,6 +7,7 @@ check which records a probe read. Integration tests use a real server instead.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -30,7 +31,7 @@ def _check_order(shard_id: str, records: list[tuple[str, float]]) -> None:
     """A shard's sequence numbers increase as integers (a test that appends records must
     append larger ones; string order is not the order, see :func:`log_of`)."""
     seqs = [int(s) for s, _ in records]
-    assert all(a < b for a, b in zip(seqs, seqs[1:])), f"fake shard {shard_id}: out of order"
+    assert all(a < b for a, b in itertools.pairwise(seqs)), f"fake shard {shard_id}: out of order"
 
 
 def _error(code: str) -> ClientError:

@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from kinesis_source.checkpoints import CheckpointFencedError
-from kinesis_source.committer import Checkpointer
-from kinesis_source.kinesis import ShardInfo
+from kinesis_source.aws.kinesis import ShardInfo
+from kinesis_source.driver.commits import Checkpointer
+from kinesis_source.errors import CheckpointFencedError
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import Offset, Position
 

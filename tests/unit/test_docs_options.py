@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from kinesis_source.options import options_markdown, option_specs
+from kinesis_source.options import option_specs, options_markdown
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "options.md"
 

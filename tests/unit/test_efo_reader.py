@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kinesis_source.efo import SubscribeRangeReader
-from kinesis_source.kinesis import RangeIncompleteError
+from kinesis_source.errors import RangeIncompleteError
+from kinesis_source.executor.fanout import SubscribeRangeReader
 from kinesis_source.positions import Position, ShardRange
 from tests.unit.fake_kinesis import FakeKinesis, FakeShard, log_of
 
@@ -34,7 +34,9 @@ class FakeSubscriptions:
     def subscribe_to_shard(self, ConsumerARN, ShardId, StartingPosition):
         self.starts.append(StartingPosition)
         kind = StartingPosition["Type"]
-        kw = {"StartingSequenceNumber": StartingPosition["SequenceNumber"]} if "SequenceNumber" in StartingPosition else {}
+        kw = {}
+        if "SequenceNumber" in StartingPosition:
+            kw["StartingSequenceNumber"] = StartingPosition["SequenceNumber"]
         it = self.fake.get_shard_iterator(
             StreamName=self.fake.stream, ShardId=ShardId, ShardIteratorType=kind, **kw
         )["ShardIterator"]
@@ -100,7 +102,7 @@ class Described(FakeSubscriptions):
 
 def test_subscription_to_a_shard_gone_since_planning_is_data_loss_as_failOnDataLoss_says():
     """Issue 14 item 8 with fan-out: the stream and the consumer exist, the shard does not."""
-    from kinesis_source.kinesis import DataLossError
+    from kinesis_source.errors import DataLossError
 
     recs = log_of(5)
     subs = Described(FakeKinesis({"a": FakeShard(recs)}), per_event=10)

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from kinesis_source import kpl
+from kinesis_source.executor.arrow import to_record_batch, user_records
 from kinesis_source.positions import Position, ShardRange
-from kinesis_source.records import to_record_batch, user_records
 from tests.support.aggregates import (
     aggregate,
     corrupt_checksum,

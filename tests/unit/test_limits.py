@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from kinesis_source import kpl
-from kinesis_source.kinesis import AsyncKinesis
-from kinesis_source.limits import BudgetPlanner
+from kinesis_source.aws.kinesis import AsyncKinesis
+from kinesis_source.driver.limits import BudgetPlanner
+from kinesis_source.driver.probe import TailProber
 from kinesis_source.positions import Position, seq_key
-from kinesis_source.probe import TailProber
 from tests.unit.fake_kinesis import AsyncFake, FakeKinesis, FakeShard, log_of
 
 

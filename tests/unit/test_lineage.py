@@ -2,7 +2,7 @@
 
 import itertools
 
-from kinesis_source.kinesis import ShardInfo
+from kinesis_source.aws.kinesis import ShardInfo
 from kinesis_source.lineage import droppable, probe_starts, retire_finished, superseded
 from kinesis_source.positions import Position
 
@@ -98,7 +98,7 @@ def test_offset_stays_bounded_over_many_reshards():
         if not todo:
             break
         committed = dict(positions)
-        for (_, shard), pos in todo.items():
+        for (_, shard) in todo:
             closed = next(s for s in shards if s.shard_id == shard).is_closed
             positions[f"s/{shard}"] = END if closed else Position.after("5")
         positions = retired({"s": shards}, positions, committed)
@@ -131,7 +131,7 @@ def committed_states(shards):
     """Every way a table can hold these shards: each at SHARD_END, mid-way, or absent."""
     ids = [s.shard_id for s in shards]
     for choice in itertools.product((None, "mid", "end"), repeat=len(ids)):
-        state = {i: c for i, c in zip(ids, choice) if c}
+        state = {i: c for i, c in zip(ids, choice, strict=True) if c}
         yield {
             f"s/{i}": (END if c == "end" else Position.after("7")) for i, c in state.items()
         }

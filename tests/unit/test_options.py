@@ -4,7 +4,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from kinesis_source.options import OptionError, SourceOptions, option_specs
+from kinesis_source.errors import OptionError
+from kinesis_source.options import SourceOptions, option_specs
 
 BASE = {"streamName": "orders", "applicationName": "orders-etl"}
 

@@ -1,8 +1,10 @@
 """Committed positions order as strings exactly as they order in the shard."""
 
+import datetime
+
 import pytest
 
-from kinesis_source.checkpoints import advances, item_key, offset_key_of, order_key
+from kinesis_source.checkpoints.format import advances, item_key, offset_key_of, order_key
 from kinesis_source.positions import Position
 
 SEQ = "49590338271490256608559692538361571095921575989136588898"
@@ -25,7 +27,10 @@ def test_order_within_a_record_and_shard_end():
     assert order_key(Position.after("9" * 128)) < order_key(Position.shard_end())
 
 
-@pytest.mark.parametrize("start", [Position.trim_horizon(), Position.at_timestamp(__import__("datetime").datetime.now(__import__("datetime").timezone.utc))])
+@pytest.mark.parametrize(
+    "start",
+    [Position.trim_horizon(), Position.at_timestamp(datetime.datetime.now(datetime.timezone.utc))],
+)
 def test_starting_points_are_not_commit_positions(start):
     assert order_key(start) is None
     assert not advances(start, None)
@@ -45,10 +50,14 @@ def test_item_keys_round_trip():
 
 
 def test_kcl_lease_items_become_positions():
-    from kinesis_source.cli import kcl_positions
+    from kinesis_source.tools.cli import kcl_positions
 
     items = [
-        {"leaseKey": {"S": "shardId-000000000001"}, "checkpoint": {"S": "4959"}, "checkpointSubSequenceNumber": {"N": "3"}},
+        {
+            "leaseKey": {"S": "shardId-000000000001"},
+            "checkpoint": {"S": "4959"},
+            "checkpointSubSequenceNumber": {"N": "3"},
+        },
         {"leaseKey": {"S": "shardId-000000000000"}, "checkpoint": {"S": "SHARD_END"}},
         {"leaseKey": {"S": "123456789012:other:1700000000:shardId-000000000007"}, "checkpoint": {"S": "TRIM_HORIZON"}},
         {"leaseKey": {"S": "shardId-000000000002"}, "checkpoint": {"S": "LATEST"}},
@@ -84,7 +93,7 @@ def test_bucket_keys_are_the_ones_the_format_2_release_wrote():
     """A shard's bucket is fixed by the stored format (CRC32 of its offset key modulo 64, not
     Python's salted hash): every process and release must put it in the same item. Mutant
     caught: ``BUCKETS = 32`` in kinesis_source/checkpoints.py."""
-    from kinesis_source.checkpoints import bucket_key, initial_bucket_key
+    from kinesis_source.checkpoints.format import bucket_key, initial_bucket_key
 
     assert {k: bucket_key(k) for k in GOLDEN_BUCKETS} == GOLDEN_BUCKETS
     assert {k: initial_bucket_key(k) for k in GOLDEN_INITIAL_BUCKETS} == GOLDEN_INITIAL_BUCKETS
@@ -98,7 +107,7 @@ def test_the_golden_fixtures_hold_each_shard_in_the_bucket_it_belongs_to():
     import json
     from pathlib import Path
 
-    from kinesis_source.checkpoints import bucket_key, initial_bucket_key
+    from kinesis_source.checkpoints.format import bucket_key, initial_bucket_key
 
     fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
     kinds = {"shards#": bucket_key, "initial#": initial_bucket_key}
@@ -116,19 +125,19 @@ def test_the_golden_fixtures_hold_each_shard_in_the_bucket_it_belongs_to():
 
 
 def test_transactions_respect_dynamodb_item_and_size_limits():
-    from kinesis_source.checkpoints import _MAX_TRANSACT_BYTES, _transactions
+    from kinesis_source.checkpoints.format import MAX_TRANSACT_BYTES, transactions
 
     small = [(f"k{i}", {}, 10) for i in range(250)]
-    assert [len(c) for c in _transactions(small)] == [99, 99, 52]  # + the epoch check each
+    assert [len(c) for c in transactions(small)] == [99, 99, 52]  # + the epoch check each
     big = [(f"b{i}", {}, 300_000) for i in range(30)]
-    chunks = _transactions(big)
-    assert all(sum(w[2] for w in c) <= _MAX_TRANSACT_BYTES for c in chunks)
+    chunks = transactions(big)
+    assert all(sum(w[2] for w in c) <= MAX_TRANSACT_BYTES for c in chunks)
     assert [w for c in chunks for w in c] == big  # in order, none lost
     assert len(chunks) == 3
 
 
 def test_initial_buckets_are_numbered_as_the_position_buckets():
-    from kinesis_source.checkpoints import bucket_key, initial_bucket_key
+    from kinesis_source.checkpoints.format import bucket_key, initial_bucket_key
 
     for i in range(200):
         key = f"s/shardId-{i:012d}"
@@ -149,11 +158,12 @@ class RecordingClient:
 def test_the_meta_item_names_the_initial_positions_only_in_the_last_transaction(monkeypatch):
     import json
 
-    from kinesis_source import checkpoints
-    from kinesis_source.checkpoints import CheckpointStore, initial_bucket_key
+    from kinesis_source.checkpoints import format as checkpoint_format
+    from kinesis_source.checkpoints.format import initial_bucket_key
+    from kinesis_source.checkpoints.store import CheckpointStore
     from kinesis_source.positions import Offset
 
-    monkeypatch.setattr(checkpoints, "_MAX_TRANSACT_BYTES", 5_000)
+    monkeypatch.setattr(checkpoint_format, "MAX_TRANSACT_BYTES", 5_000)
     client = RecordingClient()
     store = CheckpointStore(client, "t", "app")
     stale = "initial#99"  # an item of an earlier set, as the last snapshot saw it

@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 
-from kinesis_source.kinesis import AsyncKinesis, DataLossError, ShardInfo
+from kinesis_source.aws.kinesis import AsyncKinesis, ShardInfo
+from kinesis_source.driver.planner import Planner, plan_ranges
+from kinesis_source.driver.probe import TailProber
+from kinesis_source.errors import DataLossError
 from kinesis_source.options import SourceOptions
-from kinesis_source.planner import Planner, plan_ranges
-from kinesis_source.probe import TailProber
 from kinesis_source.positions import Offset, Position, ShardRange, seq_key
 from tests.unit.fake_kinesis import AsyncFake, FakeKinesis, FakeShard, log_of
 
@@ -208,7 +209,7 @@ def test_untrimmed_start_is_not_data_loss():
 
 
 def test_available_now_target_bounds_which_shards_are_probed():
-    from kinesis_source.planner import Target
+    from kinesis_source.driver.planner import Target
 
     target = Target({"s/a": "100", "s/b": None, "s/c": "50", "s/d": "70"}, frozenset({"s/z"}))
     starts = {

@@ -4,10 +4,10 @@ from datetime import datetime, timezone
 
 import pytest
 
+from kinesis_source.errors import PositionError
 from kinesis_source.positions import (
     Offset,
     Position,
-    PositionError,
     ShardRange,
     seq_key,
     seq_max,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from kinesis_source import kpl
-from kinesis_source.produce import LoadProducer
+from kinesis_source.tools.produce import LoadProducer
 
 HALF = 2**127
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kinesis_source.kinesis import DataLossError, RangeIncompleteError, RangeReader
+from kinesis_source.errors import DataLossError, RangeIncompleteError
+from kinesis_source.executor.polling import RangeReader
 from kinesis_source.positions import Position, ShardRange
 from tests.unit.fake_kinesis import FakeKinesis, FakeShard, log_of
 

@@ -4,14 +4,16 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from kinesis_source.records import ARROW_SCHEMA, to_record_batch
+from kinesis_source.executor.arrow import ARROW_SCHEMA, to_record_batch
 
 
 def test_batch_matches_the_declared_schema_and_values():
     ts = datetime(2026, 11, 21, 20, 0, 0, 123456, tzinfo=timezone.utc)
     records = [
-        {"Data": b"\x00\xffab", "PartitionKey": "k1", "SequenceNumber": "4959" + "0" * 52, "ApproximateArrivalTimestamp": ts},
-        {"Data": b"", "PartitionKey": "k2", "SequenceNumber": "4959" + "0" * 51 + "1", "ApproximateArrivalTimestamp": ts, "SubSequenceNumber": 3},
+        {"Data": b"\x00\xffab", "PartitionKey": "k1", "SequenceNumber": "4959" + "0" * 52,
+         "ApproximateArrivalTimestamp": ts},
+        {"Data": b"", "PartitionKey": "k2", "SequenceNumber": "4959" + "0" * 51 + "1",
+         "ApproximateArrivalTimestamp": ts, "SubSequenceNumber": 3},
     ]
     batch = to_record_batch("orders", "shardId-000000000001", records)
     assert batch.schema == ARROW_SCHEMA

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import kinesis_source.executor as executor
 from kinesis_source import source
+from kinesis_source.aws.clients import AwsSettings
+from kinesis_source.executor import RangePartition
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import Offset, Position, ShardRange
 from tests.support.aggregates import aggregate
@@ -34,14 +37,14 @@ def test_read_drops_the_user_records_outside_the_partitions_hash_range(monkeypat
     recs = log_of(2)
     _, agg = aggregate([("k0", b"in", str(50)), ("k1", b"out", str(500)), ("k2", b"in-too", "99")])
     fake = FakeKinesis({"a": FakeShard(recs, payloads={recs[0][0]: agg})})
-    monkeypatch.setattr(source, "shared_client", lambda settings, service: fake)
+    monkeypatch.setattr(executor, "shared_client", lambda settings, service: fake)
     opts = SourceOptions.parse({"streamName": "s", "applicationName": "app", "region": "us-east-1"})
     reader = source.KinesisStreamReader(opts)
     rng = ShardRange("s", "a", Position.trim_horizon(), recs[1][0])
 
     def rows(hash_range):
-        settings = source.AwsSettings.for_kinesis(opts)
-        partition = source.RangePartition(rng, settings, opts, None, hash_range)
+        settings = AwsSettings.for_kinesis(opts)
+        partition = RangePartition.of(rng, settings, opts, None, hash_range)
         batches = reader.read(partition)
         return [(r["data"], r["subSequenceNumber"]) for b in batches for r in b.to_pylist()]
 

@@ -19,8 +19,10 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from kinesis_source import checkpoints
-from kinesis_source.checkpoints import CheckpointError, CheckpointStore, bucket_key
+from kinesis_source.checkpoints import format as checkpoint_format
+from kinesis_source.checkpoints.format import bucket_key
+from kinesis_source.checkpoints.store import CheckpointStore
+from kinesis_source.errors import CheckpointError
 from kinesis_source.positions import Offset, Position
 
 TABLE = "ckpt"
@@ -48,9 +50,10 @@ class Recorded:
     def transactions(self) -> list[list[dict]]:
         return [p["TransactItems"] for name, p in self.calls if name == "TransactWriteItems"]
 
-    def table_holds(self, epoch: int, positions: dict[str, str], legacy: dict[str, str] = {}):
+    def table_holds(self, epoch: int, positions: dict[str, str], legacy: dict[str, str] | None = None):
         """Queue the Query of a snapshot: the meta item at ``epoch``, bucket items holding
         ``positions`` (offset key -> position string), format-1 items holding ``legacy``."""
+        legacy = legacy or {}
         buckets: dict[str, dict] = {}
         for key, pos in positions.items():
             buckets.setdefault(bucket_key(key), {})[key] = {
@@ -124,7 +127,7 @@ def test_a_commit_is_fenced_by_the_callers_epoch(ddb):
 
 
 def test_every_transaction_of_a_large_commit_is_fenced(ddb, monkeypatch):
-    monkeypatch.setattr(checkpoints, "_MAX_TRANSACT_BYTES", 2_000)  # a few buckets each
+    monkeypatch.setattr(checkpoint_format, "MAX_TRANSACT_BYTES", 2_000)  # a few buckets each
     ddb.table_holds(3, {})
     ddb.transaction_succeeds(times=64)
     store = CheckpointStore(ddb.client, TABLE, APP)
@@ -153,7 +156,7 @@ def test_forgetting_and_migrating_are_fenced(ddb):
 
 
 def test_saving_initial_positions_is_fenced_in_every_transaction(ddb, monkeypatch):
-    monkeypatch.setattr(checkpoints, "_MAX_TRANSACT_BYTES", 2_000)
+    monkeypatch.setattr(checkpoint_format, "MAX_TRANSACT_BYTES", 2_000)
     ddb.table_holds(9, {})
     ddb.transaction_succeeds(times=64)
     store = CheckpointStore(ddb.client, TABLE, APP)

@@ -23,19 +23,15 @@ from datetime import datetime, timezone
 
 from botocore.exceptions import ClientError
 
-from .kinesis import (
-    INVALID_ARGUMENT,
-    AsyncKinesis,
-    Page,
+from kinesis_source.aws.clients import error_code
+from kinesis_source.aws.kinesis import INVALID_ARGUMENT, AsyncKinesis, Page, arrival_seconds
+from kinesis_source.errors import (
     ShardNotFoundError,
-    arrival_seconds,
-    check_opening,
-    error_code,
-    opening_position,
     report_data_loss,
     report_shard_gone,
 )
-from .positions import Position, seq_key
+from kinesis_source.executor.cursor import check_opening, opening_position
+from kinesis_source.positions import Position, seq_key
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +109,9 @@ class TailProber:
         try:
             return await self._probe(stream, shard, start, cap)
         except ShardNotFoundError:
-            report_shard_gone(stream, shard, start, self.fail_on_data_loss)
-            return ProbeResult(gone=True)
+            pass  # reported outside the handler, so the user's error carries no chained one
+        report_shard_gone(stream, shard, start, self.fail_on_data_loss)
+        return ProbeResult(gone=True)
 
     async def _probe(
         self, stream: str, shard: str, start: Position, cap: str | None
@@ -143,7 +140,7 @@ class TailProber:
             since = tip_arrival - window
             if since <= first_arrival or page.at_tip:
                 # The tip is at (or within a few ms of) the first new record: read on from it.
-                tip, cont = await self._read_to_tip(page.next_iterator)  # type: ignore[arg-type]
+                tip, cont = await self._read_to_tip(page.next_iterator)
             else:
                 iterator = await k.iterator(
                     stream, shard, Position.at_timestamp(_utc(since))
@@ -210,7 +207,7 @@ class TailProber:
 
         keys = list(starts)
         results = await asyncio.gather(*(one(key, starts[key]) for key in keys))
-        return dict(zip(keys, results))
+        return dict(zip(keys, results, strict=True))
 
     async def settle_all(
         self,

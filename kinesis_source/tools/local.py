@@ -58,7 +58,7 @@ class LocalEndpoint:
         stop=stop_after_attempt(3),
         reraise=True,
     )
-    def start(self) -> "LocalEndpoint":
+    def start(self) -> LocalEndpoint:
         """Start the server and wait until it answers HTTP."""
         port = self._requested_port or free_port()
         cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
@@ -96,7 +96,7 @@ class LocalEndpoint:
         req = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
         urllib.request.urlopen(req, timeout=10).close()
 
-    def __enter__(self) -> "LocalEndpoint":
+    def __enter__(self) -> LocalEndpoint:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

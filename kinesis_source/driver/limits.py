@@ -25,10 +25,11 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 
-from . import kpl
-from .kinesis import AsyncKinesis, Page, ShardNotFoundError, report_shard_gone
-from .positions import AFTER, Position, seq_key
-from .probe import MAX_EMPTY_HOPS, ProbeResult, TailProber
+from kinesis_source import kpl
+from kinesis_source.aws.kinesis import AsyncKinesis, Page
+from kinesis_source.driver.probe import MAX_EMPTY_HOPS, ProbeResult, TailProber
+from kinesis_source.errors import ShardNotFoundError, report_shard_gone
+from kinesis_source.positions import AFTER, Position, seq_key
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +140,9 @@ class BudgetPlanner:
                 try:
                     page = await self._prober.first_page(stream, shard, cur.start, limit)
                 except ShardNotFoundError:
-                    report_shard_gone(stream, shard, cur.start, self._prober.fail_on_data_loss)
                     cur.gone = cur.exhausted = True
+                if cur.gone:  # reported outside the handler: no chained traceback
+                    report_shard_gone(stream, shard, cur.start, self._prober.fail_on_data_loss)
                     return
                 cur.opened = True
                 cur.behind_ms = page.behind_ms

@@ -1,11 +1,12 @@
 """A Spark driver in its own process, for the demo and for tests that SIGKILL it mid-batch.
 
-    python -m kinesis_source.demo_driver --run R --out DIR --checkpoint DIR --option k=v ...
+    python -m kinesis_source.tools.demo_driver --run R --out DIR --checkpoint DIR --option k=v ...
 
 Reads ``format("kinesis-ddb")`` into a parquet sink: each batch with rows is written by Spark to
 ``<out>/<run>-<batchId>.parquet``, then ``<out>/<run>.status.json`` is rewritten with the totals
 so far. When the file ``<out>/<run>.block`` exists (or ``--block-at-rows`` is reached), the next
-batch with rows is written and the sink then blocks forever with a ``<out>/<run>.blocked`` marker naming the batch: the caller kills
+batch with rows is written and the sink then blocks forever with a ``<out>/<run>.blocked`` marker
+naming the batch: the caller kills
 the process while that batch is in flight (written, not committed).
 """
 
@@ -19,8 +20,9 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
+from typing import Any
 
 Row = tuple[str, str, int, bytes]  # shardId, sequenceNumber, subSequenceNumber, data
 
@@ -38,7 +40,7 @@ class DriverProcess:
         block_at_rows: int = 0,
     ) -> None:
         self.run, self.out = run, Path(out)
-        cmd = [sys.executable, "-m", "kinesis_source.demo_driver", "--run", run,
+        cmd = [sys.executable, "-m", "kinesis_source.tools.demo_driver", "--run", run,
                "--out", str(out), "--checkpoint", str(checkpoint),
                "--block-at-rows", str(block_at_rows)]
         for key, value in options.items():
@@ -90,7 +92,7 @@ class DriverProcess:
             if not (path / "_SUCCESS").exists():
                 continue  # a write the kill interrupted
             table = pq.read_table(path)
-            out += list(zip(*(table.column(c).to_pylist() for c in table.column_names)))
+            out += list(zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True))
         return out
 
 
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    from . import register
+    from kinesis_source import register
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     out = Path(args.out)
-    status = {"batches": 0, "rows": 0, "per_shard": Counter(), "source": None}
+    status: dict[str, Any] = {"batches": 0, "rows": 0, "per_shard": Counter(), "source": None}
     never = threading.Event()
 
     def sink(df, batch_id):

@@ -35,172 +35,45 @@ import functools
 import json
 import logging
 import uuid
-import zlib
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from typing import Any, Callable, Collection, Iterable, Mapping, Sequence, TypeVar
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .positions import AFTER, AT, SHARD_END, Offset, Position, split_shard_key
+from kinesis_source.aws.clients import error_code
+from kinesis_source.checkpoints.format import (
+    BUCKET_PREFIX,
+    FORMAT_VERSION,
+    INITIAL_PREFIX,
+    MAX_ITEM_BYTES,
+    META_KEY,
+    SHARD_PREFIX,
+    Meta,
+    Snapshot,
+    StoredShard,
+    advances,
+    bucket_key,
+    entry_of,
+    from_ddb,
+    initial_bucket_key,
+    now_iso,
+    offset_key_of,
+    order_key,
+    shard_of_entry,
+    transactions,
+)
+from kinesis_source.errors import (
+    CheckpointError,
+    CheckpointFencedError,
+    CheckpointTableError,
+)
+from kinesis_source.positions import Offset, Position, split_shard_key
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 3
-META_KEY = "meta"
-_SHARD_PREFIX = "shard#"  # format 1
-_BUCKET_PREFIX = "shards#"
-_INITIAL_PREFIX = "initial#"  # format 3
-# Fixed since format 2 (changing it moves shards between items: a new format). 64 keeps a small
-# application's commit as small as before (one short item per shard) and a 1,000-shard commit
-# within one transaction.
-BUCKETS = 64
-MAX_TRANSACT_ITEMS = 100  # DynamoDB's limit per TransactWriteItems
-_MAX_TRANSACT_BYTES = 3_500_000  # DynamoDB's limit is 4 MB per transaction
-_MAX_ITEM_BYTES = 380_000  # DynamoDB's limit is 400 KB per item
-_SEQ_WIDTH = 128  # sequence numbers are at most 128 digits
+
 _WAIT = {"Delay": 1, "MaxAttempts": 300}  # table creation: poll each second, up to 5 minutes
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint-store error the user can act on; names the application and table."""
-
-
-class CheckpointFencedError(CheckpointError):
-    """Another query claimed the application after this one."""
-
-
-class CheckpointTableError(CheckpointError):
-    """The table is missing or has the wrong shape."""
-
-
-def item_key(offset_key: str) -> str:
-    """Sort key of a shard's item: ``shard#<stream>#<shardId>``."""
-    stream, shard_id = split_shard_key(offset_key)
-    return f"{_SHARD_PREFIX}{stream}#{shard_id}"
-
-
-def offset_key_of(item_sort_key: str) -> str:
-    """Inverse of :func:`item_key`."""
-    stream, _, shard_id = item_sort_key[len(_SHARD_PREFIX) :].partition("#")
-    return f"{stream}/{shard_id}"
-
-
-def bucket_key(offset_key: str) -> str:
-    """Sort key of the item holding a shard's position: ``shards#NN``, by CRC32 (stable across
-    processes and Python versions, unlike ``hash``)."""
-    return f"{_BUCKET_PREFIX}{_bucket_number(offset_key):02d}"
-
-
-def initial_bucket_key(offset_key: str) -> str:
-    """Sort key of the item holding a shard's stored initial position: ``initial#NN``, ``NN``
-    as in its :func:`bucket_key`."""
-    return f"{_INITIAL_PREFIX}{_bucket_number(offset_key):02d}"
-
-
-def _bucket_number(offset_key: str) -> int:
-    return zlib.crc32(offset_key.encode()) % BUCKETS
-
-
-def order_key(pos: Position) -> str | None:
-    """A string whose byte order is the order of committed positions within one shard.
-
-    Only positions after a record can be committed (TRIM_HORIZON and AT_TIMESTAMP are starting
-    points, not progress): ``AT:s`` < ``AFTER:s:sub`` < ``AFTER:s`` < ``SHARD_END``.
-    """
-    if pos.kind == SHARD_END:
-        return "~"
-    if pos.kind == AT:
-        return f"{int(pos.seq):0{_SEQ_WIDTH}d}a"  # type: ignore[arg-type]
-    if pos.kind == AFTER:
-        if pos.sub_seq is not None:
-            return f"{int(pos.seq):0{_SEQ_WIDTH}d}b{pos.sub_seq:020d}"  # type: ignore[arg-type]
-        return f"{int(pos.seq):0{_SEQ_WIDTH}d}c"  # type: ignore[arg-type]
-    return None
-
-
-def advances(new: Position, old: Position | None) -> bool:
-    """True when committing ``new`` over ``old`` moves the shard forward."""
-    new_order = order_key(new)
-    if new_order is None:
-        return False
-    old_order = order_key(old) if old is not None else None
-    return old_order is None or new_order > old_order
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-@dataclass(frozen=True)
-class Meta:
-    """The application's meta item.
-
-    ``resolved`` (the stored initial positions, None when none are stored) is complete only in
-    :meth:`CheckpointStore.snapshot`, which reads the ``initial#NN`` items named by
-    ``initial_id``; parsed from the meta item alone it holds only format 2's inline offset.
-    """
-
-    epoch: int = 0
-    owner: str | None = None
-    owner_host: str | None = None
-    claimed_at: str | None = None
-    format_version: int = FORMAT_VERSION
-    streams: Mapping[str, str] = field(default_factory=dict)
-    initial_spec: str | None = None
-    resolved: Offset | None = None
-    initial_id: str | None = None
-
-    @staticmethod
-    def from_item(item: Mapping[str, Any]) -> "Meta":
-        """Parse a meta item (as the resource-less client returns it, already plain)."""
-        resolved = item.get("resolved")  # format 2
-        return Meta(
-            epoch=int(item.get("epoch", 0)),
-            owner=item.get("owner"),
-            owner_host=item.get("ownerHost"),
-            claimed_at=item.get("claimedAt"),
-            format_version=int(item.get("formatVersion", FORMAT_VERSION)),
-            streams=json.loads(item["streams"]) if item.get("streams") else {},
-            initial_spec=item.get("initialSpec"),
-            resolved=Offset.from_json(resolved) if resolved else None,
-            initial_id=item.get("initialId"),
-        )
-
-
-@dataclass(frozen=True)
-class StoredShard:
-    """One shard's committed item."""
-
-    position: Position
-    epoch: int
-    owner: str | None
-    committed_at: str | None
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Everything stored for one application."""
-
-    meta: Meta | None
-    shards: Mapping[str, StoredShard]  # by offset key "<stream>/<shardId>"
-    legacy: frozenset[str] = frozenset()  # sort keys of format-1 items still in the table
-
-    def positions(self) -> dict[str, Position]:
-        """Committed positions by offset key."""
-        return {k: s.position for k, s in self.shards.items()}
-
-
-def _plain(value: dict) -> Any:
-    """DynamoDB attribute value to Python (the subset this store writes)."""
-    (kind, raw), = value.items()
-    if kind == "N":
-        return int(raw)
-    return raw
-
-
-def _from_ddb(item: Mapping[str, dict]) -> dict[str, Any]:
-    return {k: _plain(v) for k, v in item.items()}
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -212,7 +85,7 @@ def _names_the_table(method: F) -> F:
     operation botocore names."""
 
     @functools.wraps(method)
-    def wrapper(self: "CheckpointStore", *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: CheckpointStore, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
         except (ClientError, BotoCoreError) as exc:
@@ -260,7 +133,7 @@ class CheckpointStore:
         try:
             desc = self._client.describe_table(TableName=self.table)["Table"]
         except ClientError as exc:
-            if _code(exc) != "ResourceNotFoundException":
+            if error_code(exc) != "ResourceNotFoundException":
                 raise
             if not create:
                 raise CheckpointTableError(
@@ -288,7 +161,7 @@ class CheckpointStore:
                 BillingMode="PAY_PER_REQUEST",
             )
         except ClientError as exc:
-            if _code(exc) != "ResourceInUseException":  # another query created it first
+            if error_code(exc) != "ResourceInUseException":  # another query created it first
                 raise
         self._client.get_waiter("table_exists").wait(TableName=self.table, WaiterConfig=_WAIT)
 
@@ -323,20 +196,20 @@ class CheckpointStore:
         )
         for page in pages:
             for raw in page.get("Items", []):
-                item = _from_ddb(raw)
+                item = from_ddb(raw)
                 key = item["key"]
                 if key == META_KEY:
                     meta = Meta.from_item(item)
-                elif key.startswith(_BUCKET_PREFIX):
+                elif key.startswith(BUCKET_PREFIX):
                     versions[key] = int(item.get("version", 0))
                     for offset_key, entry in json.loads(item["positions"]).items():
-                        shards[offset_key] = _entry_shard(entry)
-                elif key.startswith(_INITIAL_PREFIX):
+                        shards[offset_key] = shard_of_entry(entry)
+                elif key.startswith(INITIAL_PREFIX):
                     initial_keys.add(key)
                     initial.setdefault(item.get("initialId", ""), {}).update(
                         json.loads(item["positions"])
                     )
-                elif key.startswith(_SHARD_PREFIX):
+                elif key.startswith(SHARD_PREFIX):
                     legacy_keys.append(key)
                     legacy[offset_key_of(key)] = StoredShard(
                         position=Position.parse(item["position"]),
@@ -389,17 +262,17 @@ class CheckpointStore:
                     ":one": {"N": "1"},
                     ":o": {"S": owner},
                     ":h": {"S": host},
-                    ":t": {"S": _now()},
+                    ":t": {"S": now_iso()},
                     ":v": {"N": str(FORMAT_VERSION)},
                 },
                 ReturnValues="ALL_NEW",
             )
         except ClientError as exc:
-            if _code(exc) != "ConditionalCheckFailedException":
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             meta = self.snapshot_meta()
             raise self._newer_format(meta.format_version if meta else FORMAT_VERSION + 1) from None
-        meta = Meta.from_item(_from_ddb(resp["Attributes"]))
+        meta = Meta.from_item(from_ddb(resp["Attributes"]))
         log.info("claimed %s as epoch %d (owner %s)", self._where(), meta.epoch, owner)
         return meta
 
@@ -409,7 +282,7 @@ class CheckpointStore:
         resp = self._client.get_item(
             TableName=self.table, Key=self._key(META_KEY), ConsistentRead=True
         )
-        return Meta.from_item(_from_ddb(resp["Item"])) if "Item" in resp else None
+        return Meta.from_item(from_ddb(resp["Item"])) if "Item" in resp else None
 
     @_names_the_table
     def check_epoch(self, epoch: int) -> None:
@@ -447,7 +320,7 @@ class CheckpointStore:
         writes = []
         for bucket in sorted(grouped):
             body = json.dumps(grouped[bucket], sort_keys=True, separators=(",", ":"))
-            if len(body) > _MAX_ITEM_BYTES:
+            if len(body) > MAX_ITEM_BYTES:
                 raise CheckpointError(
                     f"The initial positions of the {self._where()} do not fit DynamoDB items "
                     f"({len(resolved.shards)} shards in {len(stream_names)} stream(s); item "
@@ -500,7 +373,7 @@ class CheckpointStore:
                 ExpressionAttributeValues={**values, ":e": {"N": str(epoch)}},
             )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 raise self._fenced(epoch) from None
             raise
 
@@ -538,7 +411,7 @@ class CheckpointStore:
                 "backwards: their stored positions are ahead of this commit (was the "
                 "application reset while this query ran?)"
             )
-        now = _now()
+        now = now_iso()
         changed = {
             k: StoredShard(p, epoch, owner, now)
             for k, p in positions.items()
@@ -559,7 +432,7 @@ class CheckpointStore:
         snap = self.snapshot()
         if not snap.legacy:
             return 0
-        calls = self._write_buckets(epoch, dict(snap.shards), _now(), sorted(snap.legacy))
+        calls = self._write_buckets(epoch, dict(snap.shards), now_iso(), sorted(snap.legacy))
         log.info(
             "moved %d shard position(s) of the %s to format %d in %d call(s)",
             len(snap.legacy), self._where(), FORMAT_VERSION, calls,
@@ -598,10 +471,10 @@ class CheckpointStore:
         writes = []
         for bucket in sorted(touched):
             body = json.dumps(
-                {k: _entry(s) for k, s in grouped[bucket].items()},
+                {k: entry_of(s) for k, s in grouped[bucket].items()},
                 sort_keys=True, separators=(",", ":"),
             )
-            if len(body) > _MAX_ITEM_BYTES:
+            if len(body) > MAX_ITEM_BYTES:
                 # Finished shards are dropped once their children are committed, so only a
                 # huge number of live shards (or of shards in the stored initial positions) or
                 # many streams per application get here.
@@ -666,7 +539,7 @@ class CheckpointStore:
                 "ExpressionAttributeValues": {":e": {"N": str(epoch)}},
             }
         }
-        chunks = _transactions(writes)
+        chunks = transactions(writes)
         if meta_update is not None and not chunks:
             chunks = [[]]
         calls = 0
@@ -678,7 +551,7 @@ class CheckpointStore:
                     TransactItems=[fence, *(op for _, op, _ in chunk)]
                 )
             except ClientError as exc:
-                if _code(exc) != "TransactionCanceledException":
+                if error_code(exc) != "TransactionCanceledException":
                     raise
                 self._explain_cancel(exc, epoch, names)
             calls += 1
@@ -723,38 +596,3 @@ class CheckpointStore:
 
     def _key(self, sort_key: str) -> dict[str, dict[str, str]]:
         return {"app": {"S": self.app}, "key": {"S": sort_key}}
-
-
-def _entry(shard: StoredShard) -> dict[str, Any]:
-    return {
-        "committedAt": shard.committed_at,
-        "epoch": shard.epoch,
-        "owner": shard.owner,
-        "position": shard.position.to_str(),
-    }
-
-
-def _entry_shard(entry: Mapping[str, Any]) -> StoredShard:
-    return StoredShard(
-        position=Position.parse(entry["position"]),
-        epoch=int(entry.get("epoch", 0)),
-        owner=entry.get("owner"),
-        committed_at=entry.get("committedAt"),
-    )
-
-
-def _transactions(writes: list[tuple[str, dict, int]]) -> list[list[tuple[str, dict, int]]]:
-    """Consecutive runs of writes within one transaction's limits (one item is the check)."""
-    chunks: list[list[tuple[str, dict, int]]] = []
-    size = 0
-    for write in writes:
-        if not chunks or len(chunks[-1]) == MAX_TRANSACT_ITEMS - 1 or size + write[2] > _MAX_TRANSACT_BYTES:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(write)
-        size += write[2]
-    return chunks
-
-
-def _code(exc: ClientError) -> str | None:
-    return exc.response.get("Error", {}).get("Code")

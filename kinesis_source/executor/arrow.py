@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
 import pyarrow as pa
 
-from . import kpl
-from .positions import AFTER, ShardRange
+from kinesis_source import kpl
+from kinesis_source.positions import AFTER, ShardRange
 
 SCHEMA_DDL = (
     "data binary, streamName string, shardId string, partitionKey string, "

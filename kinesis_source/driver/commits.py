@@ -16,63 +16,31 @@ resume: the table holds the live shards, not every shard the stream ever had.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
-from .aws import AwsSettings
-from .checkpoints import CheckpointError, CheckpointStore, Snapshot, advances
-from .lineage import droppable, superseded
-from .options import OptionError, SourceOptions, parse_initial_position
-from .planner import Planner
-from .positions import AFTER, Offset, Position, shard_key, split_shard_key
+from kinesis_source.aws.clients import AwsSettings
+from kinesis_source.checkpoints.callbacks import CommitInfo, load_callback
+from kinesis_source.checkpoints.format import Snapshot, advances
+from kinesis_source.checkpoints.store import CheckpointStore
+from kinesis_source.driver.planner import Planner
+from kinesis_source.errors import CheckpointError, CommitCallbackError
+from kinesis_source.lineage import droppable, superseded
+from kinesis_source.options import SourceOptions, parse_initial_position
+from kinesis_source.positions import AFTER, Offset, Position, shard_key, split_shard_key
 
 log = logging.getLogger(__name__)
 
+
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class CommitInfo:
-    """What a commit callback receives after a successful DynamoDB commit.
-
-    ``positions`` maps ``(stream, shardId)`` to the sequence number committed (reading resumes
-    after it); ``ended`` holds the shards committed at their end and still in the table (a
-    finished shard leaves it once a child of it is committed).
-    """
-
-    application: str
-    table: str
-    epoch: int
-    committed_at: datetime
-    positions: Mapping[tuple[str, str], str]
-    ended: frozenset
-
-
-class CommitCallbackError(RuntimeError):
-    """A commit callback raised (with ``onCommitErrors=fail``)."""
-
-
-def load_callback(path: str) -> Callable[[CommitInfo], Any]:
-    """Import ``package.module:function`` (the ``onCommit`` option)."""
-    module_name, _, func_name = path.partition(":")
-    try:
-        func = getattr(importlib.import_module(module_name), func_name)
-    except (ImportError, AttributeError) as exc:
-        raise OptionError(
-            f"Option 'onCommit' = {path!r} cannot be loaded in Spark's driver-side Python "
-            f"process: {exc}. The module must be importable there (installed, or on --py-files)"
-        ) from None
-    if not callable(func):
-        raise OptionError(f"Option 'onCommit' = {path!r} is not a function")
-    return func
 
 
 class Checkpointer:
@@ -362,11 +330,11 @@ class Checkpointer:
     def _notify(self, epoch: int) -> None:
         if not self._callbacks:
             return
-        positions = {}
+        positions: dict[tuple[str, str], str] = {}
         ended = set()
         for key, pos in self._stored.items():
             stream_shard = split_shard_key(key)
-            if pos.kind == AFTER:
+            if pos.kind == AFTER and pos.seq is not None:
                 positions[stream_shard] = pos.seq
             elif pos.is_shard_end:
                 ended.add(stream_shard)

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .demo_driver import DriverProcess
-from .local import LOCAL_CREDENTIALS, LocalEndpoint
-from .produce import LoadProducer
+from kinesis_source.tools.demo_driver import DriverProcess
+from kinesis_source.tools.local import LOCAL_CREDENTIALS, LocalEndpoint
+from kinesis_source.tools.produce import LoadProducer
 
 
 @dataclass

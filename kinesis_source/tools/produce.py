@@ -13,10 +13,11 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from . import kpl
+from kinesis_source import kpl
 
 _MAX_PER_CALL = 500  # PutRecords accepts at most 500 records
 
@@ -98,7 +99,7 @@ class LoadProducer:
             if failed:
                 raise RuntimeError(f"{failed} records were refused by stream {self._stream}")
             with self._lock:
-                for (_, users), result in zip(chunk, resp["Records"]):
+                for (_, users), result in zip(chunk, resp["Records"], strict=True):
                     for sub, data in enumerate(users):
                         self.sent.append(Sent(result["ShardId"], result["SequenceNumber"], sub, data))
         return count

@@ -6,19 +6,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Collection, Mapping, TypeVar
+from typing import Any, TypeVar
 
-from .aws import AwsSettings
-from .kinesis import AsyncKinesis, KinesisSourceError, ShardInfo, report_shard_gone
-from .limits import BudgetPlanner
-from .lineage import gone_shards, probe_starts, retire_finished, superseded
-from .options import InitialPosition, OptionError, SourceOptions
-from .positions import (
+from kinesis_source.aws.clients import AwsSettings
+from kinesis_source.aws.kinesis import AsyncKinesis, ShardInfo
+from kinesis_source.driver.limits import BudgetPlanner
+from kinesis_source.driver.probe import (
+    SETTLE_PAUSE_S,
+    SETTLE_TIMEOUT_S,
+    ProbeResult,
+    TailProber,
+)
+from kinesis_source.driver.start import (
+    at_progress,
+    check_named_shards,
+    initial_for,
+    latest_position,
+)
+from kinesis_source.errors import KinesisSourceError, report_shard_gone
+from kinesis_source.lineage import gone_shards, probe_starts, retire_finished, superseded
+from kinesis_source.options import InitialPosition, SourceOptions
+from kinesis_source.positions import (
     AFTER,
-    AT,
-    SHARD_END,
     Offset,
     Position,
     ShardRange,
@@ -26,9 +38,9 @@ from .positions import (
     shard_key,
     split_shard_key,
 )
-from .probe import SETTLE_PAUSE_S, SETTLE_TIMEOUT_S, ProbeResult, TailProber
 
 log = logging.getLogger(__name__)
+
 
 T = TypeVar("T")
 
@@ -129,7 +141,7 @@ class Planner:
         if force or due or not self._shards:
             k = await self._client()
             lists = await asyncio.gather(*(self._list(k, s) for s in self._opts.stream_names))
-            self._shards = dict(zip(self._opts.stream_names, lists))
+            self._shards = dict(zip(self._opts.stream_names, lists, strict=True))
             self._listed_at = time.monotonic()
         return self._shards
 
@@ -163,13 +175,13 @@ class Planner:
             if streams is not None and stream not in streams:
                 continue
             for shard in shards:
-                wanted[(stream, shard.shard_id)] = _initial_for(spec, stream, shard.shard_id)
+                wanted[(stream, shard.shard_id)] = initial_for(spec, stream, shard.shard_id)
         if spec.kind == "SHARDS":
-            _check_named_shards(spec, listing)
+            check_named_shards(spec, listing)
             # A shard whose descendant is named at a point in its log (as `checkpoints export`
             # writes, which leaves out finished parents) was read to its end: not again.
             named = dict(spec.shards)
-            for key in superseded(listing, _at_progress(wanted)):
+            for key in superseded(listing, at_progress(wanted)):
                 stream, shard_id = split_shard_key(key)
                 if key not in named and shard_id not in named:  # named: as the user says
                     del wanted[(stream, shard_id)]
@@ -182,7 +194,7 @@ class Planner:
                 found = probed[(stream, shard_id)]
                 if found.gone:
                     continue  # expired since it was listed: nothing of it is left to read
-                pos = _latest_position(stream, shard_id, found, now)
+                pos = latest_position(stream, shard_id, found, now)
             else:
                 pos = Position.parse(text)
             positions[shard_key(stream, shard_id)] = pos
@@ -226,7 +238,7 @@ class Planner:
         k = await self._client()
         streams = self._opts.stream_names
         created = await asyncio.gather(*(k.creation_time(s) for s in streams))
-        return dict(zip(streams, created))
+        return dict(zip(streams, created, strict=True))
 
     def _prober_ready(self) -> TailProber:
         assert self._prober is not None, "client not created"
@@ -385,60 +397,3 @@ def _only_pending(results: Mapping[tuple[str, str], ProbeResult]) -> bool:
     return not any(r.tip or r.ended for r in results.values()) and any(
         r.pending for r in results.values()
     )
-
-
-def _latest_position(stream: str, shard_id: str, found: ProbeResult, now: datetime) -> Position:
-    """``LATEST`` for one shard: after its newest record (TRIM_HORIZON when it has none). A
-    shard whose probe only crossed empty pages until the deadline starts at the resolution
-    time instead: the records that arrive after it, by the server's arrival timestamps."""
-    if found.tip is not None:
-        return Position.after(found.tip)
-    if found.pending:
-        log.warning(
-            "Kinesis stream '%s' shard '%s' served only empty pages while LATEST was resolved; "
-            "it starts at the records that arrived after %s",
-            stream, shard_id, now.isoformat(),
-        )
-        return Position.at_timestamp(now)
-    return Position.trim_horizon()
-
-
-def _initial_for(spec: InitialPosition, stream: str, shard_id: str) -> str:
-    if spec.kind == "TRIM_HORIZON":
-        return Position.trim_horizon().to_str()
-    if spec.kind == "LATEST":
-        return "LATEST"
-    if spec.kind == "AT_TIMESTAMP":
-        assert spec.timestamp is not None
-        return Position.at_timestamp(spec.timestamp).to_str()
-    named = dict(spec.shards)
-    return named.get(shard_key(stream, shard_id), named.get(shard_id, "TRIM_HORIZON"))
-
-
-def _at_progress(wanted: Mapping[tuple[str, str], str]) -> set[str]:
-    """Offset keys of the shards whose wanted start is a point in their log (after or at a
-    record, or SHARD_END), not a starting point such as TRIM_HORIZON."""
-    return {
-        shard_key(stream, shard_id)
-        for (stream, shard_id), text in wanted.items()
-        if text != "LATEST" and Position.parse(text).kind in (AT, AFTER, SHARD_END)
-    }
-
-
-def _check_named_shards(spec: InitialPosition, listing: dict[str, list[ShardInfo]]) -> None:
-    known = {s.shard_id for shards in listing.values() for s in shards}
-    known |= {shard_key(st, s.shard_id) for st, shards in listing.items() for s in shards}
-    for key, value in spec.shards:
-        if key not in known and value != "SHARD_END":  # an expired, finished shard is fine
-            streams = ", ".join(listing)
-            raise OptionError(
-                f"Option 'initialPosition' names shard '{key}', which stream(s) {streams} do "
-                f"not have; known shards: {', '.join(sorted(s for s in known if '/' not in s))}"
-            )
-    if len(listing) > 1:
-        bare = [key for key, _ in spec.shards if "/" not in key]
-        if bare:
-            raise OptionError(
-                f"Option 'initialPosition' names shard '{bare[0]}' without its stream; with "
-                "several streams write '<stream>/<shardId>'"
-            )

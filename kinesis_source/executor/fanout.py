@@ -1,5 +1,5 @@
-"""Enhanced fan-out (EFO): the stream consumer's lifecycle, and exact ranges read by
-``SubscribeToShard``.
+"""Enhanced fan-out (EFO): exact ranges read by ``SubscribeToShard`` (the consumer's
+lifecycle is the driver's: ``driver/consumers.py``).
 
 An EFO consumer gets its own 2 MB/s per shard, pushed over a subscription instead of polled with
 ``GetRecords``. :class:`SubscribeRangeReader` replays one exact :class:`ShardRange` that way and
@@ -17,41 +17,39 @@ earlier subscription of the same consumer and shard lingers (Kinesis refuses a n
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from tenacity import (
-    RetryError,
     Retrying,
     retry_if_exception,
-    retry_if_result,
     stop_after_attempt,
-    stop_after_delay,
     wait_exponential,
-    wait_fixed,
 )
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from .kinesis import (
+from kinesis_source.aws.clients import error_code
+from kinesis_source.aws.kinesis import (
+    IN_USE,
     INVALID_ARGUMENT,
+    LIMIT_EXCEEDED,
     NOT_FOUND,
-    KinesisSourceError,
-    RangeCursor,
-    ShardNotFoundError,
-    error_code,
     missing_shard_or_stream,
-    report_shard_gone,
-    stream_must_exist,
 )
-from .positions import Position, ShardRange
+from kinesis_source.errors import (
+    KinesisSourceError,
+    ShardNotFoundError,
+    SubscriptionEndedEarly,
+    report_shard_gone,
+)
+from kinesis_source.executor.cursor import RangeCursor
+from kinesis_source.positions import Position, ShardRange
 
 log = logging.getLogger(__name__)
 
-ACTIVE = "ACTIVE"
-DELETING = "DELETING"
-IN_USE = "ResourceInUseException"
-LIMIT_EXCEEDED = "LimitExceededException"
+
 # Errors of a subscription that a new subscription can get past.
 _RECOVERABLE_CODES = {
     "InternalFailureException",
@@ -61,151 +59,6 @@ _RECOVERABLE_CODES = {
     LIMIT_EXCEEDED,  # one SubscribeToShard per second per consumer and shard
     "KMSThrottlingException",
 }
-
-
-class ConsumerError(KinesisSourceError):
-    """The EFO consumer cannot be registered, found or made ACTIVE."""
-
-
-class SubscriptionEndedEarly(Exception):
-    """A subscription ended before sending a single event (counted as a failed attempt, so a
-    server that keeps doing it cannot make the reader loop forever)."""
-
-
-# -- consumer lifecycle ---------------------------------------------------------------------
-
-
-def stream_arn(client: Any, stream_name: str) -> str:
-    """The ARN of ``stream_name`` (``DescribeStreamSummary``)."""
-    with stream_must_exist(stream_name):
-        summary = client.describe_stream_summary(StreamName=stream_name)
-    return summary["StreamDescriptionSummary"]["StreamARN"]
-
-
-def _describe(client: Any, arn: str, consumer_name: str) -> dict | None:
-    """The consumer's description, or None when it does not exist."""
-    try:
-        resp = client.describe_stream_consumer(StreamARN=arn, ConsumerName=consumer_name)
-    except ClientError as exc:
-        if error_code(exc) == NOT_FOUND:
-            return None
-        raise
-    return resp["ConsumerDescription"]
-
-
-def _register(client: Any, arn: str, stream_name: str, consumer_name: str) -> None:
-    try:
-        client.register_stream_consumer(StreamARN=arn, ConsumerName=consumer_name)
-    except ClientError as exc:
-        code = error_code(exc)
-        if code == IN_USE:
-            return  # registered meanwhile by another driver: it is the one we want
-        if code == LIMIT_EXCEEDED:
-            raise ConsumerError(
-                f"Cannot register EFO consumer '{consumer_name}' on Kinesis stream "
-                f"'{stream_name}': {exc}. A stream has at most 20 consumers (see "
-                "ListStreamConsumers); deregister unused ones or reuse one by name."
-            ) from exc
-        raise
-
-
-def _poll(timeout_s: float, poll_s: float) -> dict[str, Any]:
-    return {"stop": stop_after_delay(timeout_s), "wait": wait_fixed(poll_s)}
-
-
-def _wait_gone(
-    client: Any, arn: str, consumer_name: str, timeout_s: float, poll_s: float, error: str
-) -> None:
-    """Wait until the consumer no longer exists (its name is free again), else raise ``error``."""
-    try:
-        Retrying(retry=retry_if_result(lambda d: d is not None), **_poll(timeout_s, poll_s))(
-            _describe, client, arn, consumer_name
-        )
-    except RetryError:
-        raise ConsumerError(error) from None
-
-
-def wait_active(
-    client: Any, consumer_arn: str, timeout_s: float = 120.0, poll_s: float = 1.0
-) -> None:
-    """Wait until the consumer ``consumer_arn`` is ACTIVE (a new one is CREATING for a few
-    seconds, and cannot subscribe until then)."""
-
-    def status() -> str | None:
-        try:
-            desc = client.describe_stream_consumer(ConsumerARN=consumer_arn)
-        except ClientError as exc:
-            if error_code(exc) == NOT_FOUND:
-                return None
-            raise
-        return desc["ConsumerDescription"]["ConsumerStatus"]
-
-    try:
-        Retrying(retry=retry_if_result(lambda s: s != ACTIVE), **_poll(timeout_s, poll_s))(status)
-    except RetryError as exc:
-        last = exc.last_attempt.result()
-        raise ConsumerError(
-            f"EFO consumer {consumer_arn} is {last or 'gone'}, not ACTIVE, after {timeout_s:g} s"
-        ) from None
-
-
-def ensure_consumer(
-    client: Any, stream_name: str, consumer_name: str, timeout_s: float = 120.0, poll_s: float = 1.0
-) -> str:
-    """The ARN of the ACTIVE consumer ``consumer_name`` of ``stream_name``, registering it
-    first when it does not exist; idempotent (several drivers may call it at once)."""
-    arn = stream_arn(client, stream_name)
-    desc = _describe(client, arn, consumer_name)
-    if desc is not None and desc["ConsumerStatus"] == DELETING:
-        # A consumer of that name is being deregistered: it must be gone before the name is free.
-        log.info("EFO consumer %s of %s is being deleted; waiting", consumer_name, stream_name)
-        _wait_gone(
-            client, arn, consumer_name, timeout_s, poll_s,
-            f"EFO consumer '{consumer_name}' of Kinesis stream '{stream_name}' is still "
-            f"DELETING after {timeout_s:g} s",
-        )
-        desc = None
-    if desc is None:
-        log.info("registering EFO consumer %s on stream %s", consumer_name, stream_name)
-        _register(client, arn, stream_name, consumer_name)
-        desc = _describe(client, arn, consumer_name)
-        if desc is None:
-            raise ConsumerError(
-                f"EFO consumer '{consumer_name}' of Kinesis stream '{stream_name}' is not there "
-                "after RegisterStreamConsumer (deregistered concurrently, or the stream is not "
-                "ACTIVE?)"
-            )
-    if desc["ConsumerStatus"] != ACTIVE:
-        wait_active(client, desc["ConsumerARN"], timeout_s, poll_s)
-    return desc["ConsumerARN"]
-
-
-def deregister_consumer(
-    client: Any,
-    stream_name: str,
-    consumer_name: str,
-    timeout_s: float | None = None,
-    poll_s: float = 1.0,
-) -> bool:
-    """Deregister ``consumer_name`` of ``stream_name``; False if there was none. With
-    ``timeout_s``, wait until it is gone (so the name can be registered again)."""
-    arn = stream_arn(client, stream_name)
-    try:
-        client.deregister_stream_consumer(StreamARN=arn, ConsumerName=consumer_name)
-    except ClientError as exc:
-        if error_code(exc) == NOT_FOUND:
-            return False
-        raise
-    if timeout_s is not None:
-        _wait_gone(
-            client, arn, consumer_name, timeout_s, poll_s,
-            f"EFO consumer '{consumer_name}' of Kinesis stream '{stream_name}' is still "
-            f"there {timeout_s:g} s after it was deregistered",
-        )
-    return True
-
-
-# -- reading a range by subscription --------------------------------------------------------
 
 
 def starting_position(position: Position) -> dict[str, Any]:
@@ -348,7 +201,9 @@ class SubscribeRangeReader:
                     ended_early = not self._got_event
                     self._close()
                     if ended_early:
-                        raise SubscriptionEndedEarly(f"a subscription of {self._range} was empty")
+                        raise SubscriptionEndedEarly(
+                            f"a subscription of {self._range} was empty"
+                        ) from None
                     return None
                 except BaseException:
                     self._close()
@@ -369,6 +224,10 @@ class SubscribeRangeReader:
                 try:
                     event = self._next_event()
                 except ShardNotFoundError:
+                    gone = True  # reported outside the handler: no chained traceback
+                else:
+                    gone = False
+                if gone:
                     report_shard_gone(
                         rng.stream, rng.shard_id, cursor.position, self._fail_on_data_loss
                     )

@@ -10,17 +10,18 @@ import sys
 from datetime import datetime, timezone
 from typing import TextIO
 
-from . import __version__
-from .aws import AwsSettings
-from .checkpoints import CheckpointError, CheckpointStore, Snapshot
-from .kinesis import KinesisSourceError
-from .options import OptionError, parse_initial_position
+from kinesis_source import __version__
+from kinesis_source.aws.clients import AwsSettings
+from kinesis_source.checkpoints.format import Snapshot
+from kinesis_source.checkpoints.store import CheckpointStore
+from kinesis_source.errors import CheckpointError, KinesisSourceError, OptionError
+from kinesis_source.options import parse_initial_position
 
 DEFAULT_TABLE = "kinesis_ddb_checkpoints"
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import run
+    from kinesis_source.tools.demo import run
 
     return run(args.shards, args.records, args.rate, args.endpoint_url, args.keep, args.deadline)
 
@@ -28,7 +29,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _produce(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from .produce import LoadProducer
+    from kinesis_source.tools.produce import LoadProducer
 
     settings = AwsSettings(region=args.region, endpoint_url=args.endpoint_url, profile=args.profile)
     producer = LoadProducer(
@@ -48,7 +49,7 @@ def _produce(args: argparse.Namespace) -> int:
 
 
 def _deregister(args: argparse.Namespace) -> int:
-    from .efo import deregister_consumer
+    from kinesis_source.driver.consumers import deregister_consumer
 
     settings = AwsSettings(region=args.region, endpoint_url=args.endpoint_url, profile=args.profile)
     client = settings.boto3_client("kinesis")
@@ -89,7 +90,7 @@ def _age(stamp: str | None, now: datetime) -> str:
 def _table(rows: list[list[str]], out: TextIO) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for n, row in enumerate(rows):
-        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n")
         if n == 0:
             out.write("  ".join("-" * w for w in widths) + "\n")
 

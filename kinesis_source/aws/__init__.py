@@ -1,0 +1,1 @@
+"""AWS client construction and the narrow Kinesis API."""

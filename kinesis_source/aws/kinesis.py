@@ -1,0 +1,235 @@
+"""The narrow Kinesis API both sides use: shard listings, pages of records, error codes, and
+the driver's async client.
+
+Throttling, 5xx and network errors are retried by botocore's standard retry mode (see
+``clients.py``); tenacity handles only what botocore cannot: an expired iterator is
+re-derived (:func:`expiry_retry`). Shard iterators never leave the readers and the probe:
+callers speak in positions and ranges.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from botocore.exceptions import ClientError
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+)
+
+from kinesis_source.aws.clients import error_code
+from kinesis_source.errors import KinesisSourceError, ShardNotFoundError
+from kinesis_source.positions import Position
+
+log = logging.getLogger(__name__)
+
+
+EXPIRED_ITERATOR = "ExpiredIteratorException"
+
+
+NOT_FOUND = "ResourceNotFoundException"
+
+
+INVALID_ARGUMENT = "InvalidArgumentException"
+IN_USE = "ResourceInUseException"
+LIMIT_EXCEEDED = "LimitExceededException"
+
+
+# An expired iterator is re-derived at once; more than a few in a row means something else.
+_EXPIRY_ATTEMPTS = 5
+
+
+def is_expired(exc: BaseException) -> bool:
+    return error_code(exc) == EXPIRED_ITERATOR
+
+
+def expiry_retry() -> dict[str, Any]:
+    return {
+        "retry": retry_if_exception(is_expired),
+        "stop": stop_after_attempt(_EXPIRY_ATTEMPTS),
+        "reraise": True,
+    }
+
+
+def arrival_seconds(record: dict) -> float:
+    """A record's ApproximateArrivalTimestamp as epoch seconds."""
+    ts = record["ApproximateArrivalTimestamp"]
+    return ts.timestamp() if isinstance(ts, datetime) else float(ts)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard as listed by ``ListShards``."""
+
+    shard_id: str
+    parent: str | None = None
+    adjacent_parent: str | None = None
+    starting_seq: str | None = None
+    ending_seq: str | None = None  # set once the shard is closed
+    # (first, last) hash key, inclusive; KPL aggregates may hold user records outside it
+    hash_range: tuple[int, int] | None = None
+
+    @property
+    def is_closed(self) -> bool:
+        """True when the shard takes no more writes."""
+        return self.ending_seq is not None
+
+    @staticmethod
+    def from_api(raw: dict) -> ShardInfo:
+        """Build from one element of ``ListShards``' ``Shards``."""
+        seqs = raw.get("SequenceNumberRange", {})
+        hashes = raw.get("HashKeyRange")
+        return ShardInfo(
+            shard_id=raw["ShardId"],
+            parent=raw.get("ParentShardId"),
+            adjacent_parent=raw.get("AdjacentParentShardId"),
+            starting_seq=seqs.get("StartingSequenceNumber"),
+            ending_seq=seqs.get("EndingSequenceNumber"),
+            hash_range=(
+                (int(hashes["StartingHashKey"]), int(hashes["EndingHashKey"])) if hashes else None
+            ),
+        )
+
+
+@dataclass
+class Page:
+    """One ``GetRecords`` response."""
+
+    records: list[dict]
+    next_iterator: str | None
+    behind_ms: int
+
+    @property
+    def at_tip(self) -> bool:
+        """True when the shard ended, or ``MillisBehindLatest`` said nothing newer was there
+        when the page was served. Real Kinesis reports it in whole milliseconds, so a page can
+        say 0 with records of the same millisecond still after it: see :meth:`caught_up`."""
+        return self.next_iterator is None or self.behind_ms == 0
+
+    def caught_up(self, limit: int) -> bool:
+        """True when the reader has reached the tip: the shard ended, or the page is at the tip
+        and held fewer records than asked for (so none were left behind it)."""
+        return self.next_iterator is None or (self.behind_ms == 0 and len(self.records) < limit)
+
+    @staticmethod
+    def from_api(resp: dict) -> Page:
+        """Build from a ``GetRecords`` response."""
+        return Page(
+            records=resp.get("Records", []),
+            next_iterator=resp.get("NextShardIterator"),
+            behind_ms=int(resp.get("MillisBehindLatest") or 0),
+        )
+
+
+@contextmanager
+def stream_must_exist(stream: str) -> Iterator[None]:
+    """Turn ``ResourceNotFoundException`` into an error that says which option to check."""
+    try:
+        yield
+    except ClientError as exc:
+        if error_code(exc) == NOT_FOUND:
+            raise KinesisSourceError(
+                f"Kinesis stream '{stream}' was not found ({exc}); check option 'streamName' "
+                "and option 'region'/'endpointUrl'"
+            ) from exc
+        raise
+
+
+def missing_shard_or_stream(client: Any, stream: str, shard_id: str, exc: ClientError) -> Exception:
+    """What a ``ResourceNotFoundException`` from a call about one shard means: the shard is
+    gone (:class:`ShardNotFoundError`) when the stream still exists, else the stream is missing
+    (the error that names option 'streamName'). One ``DescribeStreamSummary`` tells them apart;
+    it is made only on this error path."""
+    try:
+        with stream_must_exist(stream):
+            client.describe_stream_summary(StreamName=stream)
+    except KinesisSourceError as missing:
+        return missing
+    return ShardNotFoundError(stream, shard_id)
+
+
+class AsyncKinesis:
+    """The driver's async Kinesis calls, with call and record counters for the probe cost."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.calls = 0
+        self.records_fetched = 0
+
+    async def list_shards(self, stream: str) -> list[ShardInfo]:
+        """Every shard of ``stream`` (open and closed), following pagination."""
+        shards: list[ShardInfo] = []
+        kwargs: dict[str, Any] = {"StreamName": stream}
+        while True:
+            self.calls += 1
+            with stream_must_exist(stream):
+                resp = await self._client.list_shards(**kwargs)
+            shards.extend(ShardInfo.from_api(s) for s in resp.get("Shards", []))
+            token = resp.get("NextToken")
+            if not token:
+                return shards
+            kwargs = {"NextToken": token}
+
+    async def creation_time(self, stream: str) -> str:
+        """The stream's creation time (ISO-8601), from ``DescribeStreamSummary``."""
+        self.calls += 1
+        with stream_must_exist(stream):
+            resp = await self._client.describe_stream_summary(StreamName=stream)
+        created = resp["StreamDescriptionSummary"]["StreamCreationTimestamp"]
+        if not isinstance(created, datetime):
+            created = datetime.fromtimestamp(float(created), tz=timezone.utc)
+        return created.astimezone(timezone.utc).isoformat(timespec="milliseconds")
+
+    async def iterator(self, stream: str, shard_id: str, position: Position) -> str:
+        """A shard iterator at ``position``; :class:`ShardNotFoundError` if the stream no
+        longer has the shard."""
+        self.calls += 1
+        try:
+            resp = await self._client.get_shard_iterator(
+                StreamName=stream, ShardId=shard_id, **position.iterator_args()
+            )
+        except ClientError as exc:
+            if error_code(exc) != NOT_FOUND:
+                raise
+            self.calls += 1
+            with stream_must_exist(stream):
+                await self._client.describe_stream_summary(StreamName=stream)
+            raise ShardNotFoundError(stream, shard_id) from exc
+        return resp["ShardIterator"]
+
+    async def page(self, iterator: str, limit: int) -> Page:
+        """One ``GetRecords`` call."""
+        self.calls += 1
+        resp = await self._client.get_records(ShardIterator=iterator, Limit=limit)
+        page = Page.from_api(resp)
+        self.records_fetched += len(page.records)
+        return page
+
+    async def page_at(
+        self, stream: str, shard_id: str, position: Position, limit: int, iterator: str | None
+    ) -> Page:
+        """One page starting at ``position``; ``iterator`` (if given) is a cached iterator at
+        that position, replaced by a fresh one if it expired."""
+        current: dict[str, str | None] = {"it": iterator}
+        async for attempt in AsyncRetrying(**expiry_retry()):
+            with attempt:
+                it = current["it"]
+                if it is None:
+                    it = current["it"] = await self.iterator(stream, shard_id, position)
+                try:
+                    return await self.page(it, limit)
+                except ClientError as exc:
+                    if is_expired(exc):
+                        current["it"] = None
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def close(self) -> None:
+        """Close the underlying client."""
+        await self._client.__aexit__(None, None, None)

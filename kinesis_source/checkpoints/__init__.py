@@ -1,0 +1,1 @@
+"""The DynamoDB checkpoint store: item format, store, callbacks."""

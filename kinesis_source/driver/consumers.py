@@ -1,0 +1,242 @@
+"""The driver's side of enhanced fan-out: one ACTIVE consumer per stream for the query run.
+
+The consumers are registered (when missing) and waited for on the first planning call that
+needs them; partitions carry their ARNs, and executors only subscribe (``executor/fanout.py``).
+
+``deregisterConsumer=true`` deregisters them when the query stops. Spark never calls a Python
+source's ``stop()``: it ends the driver-side Python helper with SIGTERM (measured on pyspark
+4.3), so the deregistration runs from a SIGTERM handler, and at interpreter exit.
+
+The lifecycle calls (register, wait for ACTIVE, deregister) are here too; executors only
+subscribe (``executor/fanout.py``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import signal
+import threading
+from typing import Any
+
+from botocore.exceptions import ClientError
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_result,
+    stop_after_delay,
+    wait_fixed,
+)
+
+from kinesis_source.aws.clients import AwsSettings, error_code, shared_client
+from kinesis_source.aws.kinesis import IN_USE, LIMIT_EXCEEDED, NOT_FOUND, stream_must_exist
+from kinesis_source.errors import (
+    ConsumerError,
+)
+from kinesis_source.options import SourceOptions
+
+log = logging.getLogger(__name__)
+
+
+ACTIVE = "ACTIVE"
+
+
+DELETING = "DELETING"
+
+
+def stream_arn(client: Any, stream_name: str) -> str:
+    """The ARN of ``stream_name`` (``DescribeStreamSummary``)."""
+    with stream_must_exist(stream_name):
+        summary = client.describe_stream_summary(StreamName=stream_name)
+    return summary["StreamDescriptionSummary"]["StreamARN"]
+
+
+def _describe(client: Any, arn: str, consumer_name: str) -> dict | None:
+    """The consumer's description, or None when it does not exist."""
+    try:
+        resp = client.describe_stream_consumer(StreamARN=arn, ConsumerName=consumer_name)
+    except ClientError as exc:
+        if error_code(exc) == NOT_FOUND:
+            return None
+        raise
+    return resp["ConsumerDescription"]
+
+
+def _register(client: Any, arn: str, stream_name: str, consumer_name: str) -> None:
+    try:
+        client.register_stream_consumer(StreamARN=arn, ConsumerName=consumer_name)
+    except ClientError as exc:
+        code = error_code(exc)
+        if code == IN_USE:
+            return  # registered meanwhile by another driver: it is the one we want
+        if code == LIMIT_EXCEEDED:
+            raise ConsumerError(
+                f"Cannot register EFO consumer '{consumer_name}' on Kinesis stream "
+                f"'{stream_name}': {exc}. A stream has at most 20 consumers (see "
+                "ListStreamConsumers); deregister unused ones or reuse one by name."
+            ) from exc
+        raise
+
+
+def _poll(timeout_s: float, poll_s: float) -> dict[str, Any]:
+    return {"stop": stop_after_delay(timeout_s), "wait": wait_fixed(poll_s)}
+
+
+def _wait_gone(
+    client: Any, arn: str, consumer_name: str, timeout_s: float, poll_s: float, error: str
+) -> None:
+    """Wait until the consumer no longer exists (its name is free again), else raise ``error``."""
+    try:
+        Retrying(retry=retry_if_result(lambda d: d is not None), **_poll(timeout_s, poll_s))(
+            _describe, client, arn, consumer_name
+        )
+    except RetryError:
+        raise ConsumerError(error) from None
+
+
+def wait_active(
+    client: Any, consumer_arn: str, timeout_s: float = 120.0, poll_s: float = 1.0
+) -> None:
+    """Wait until the consumer ``consumer_arn`` is ACTIVE (a new one is CREATING for a few
+    seconds, and cannot subscribe until then)."""
+
+    def status() -> str | None:
+        try:
+            desc = client.describe_stream_consumer(ConsumerARN=consumer_arn)
+        except ClientError as exc:
+            if error_code(exc) == NOT_FOUND:
+                return None
+            raise
+        return desc["ConsumerDescription"]["ConsumerStatus"]
+
+    try:
+        Retrying(retry=retry_if_result(lambda s: s != ACTIVE), **_poll(timeout_s, poll_s))(status)
+    except RetryError as exc:
+        last = exc.last_attempt.result()
+        raise ConsumerError(
+            f"EFO consumer {consumer_arn} is {last or 'gone'}, not ACTIVE, after {timeout_s:g} s"
+        ) from None
+
+
+def ensure_consumer(
+    client: Any, stream_name: str, consumer_name: str, timeout_s: float = 120.0, poll_s: float = 1.0
+) -> str:
+    """The ARN of the ACTIVE consumer ``consumer_name`` of ``stream_name``, registering it
+    first when it does not exist; idempotent (several drivers may call it at once)."""
+    arn = stream_arn(client, stream_name)
+    desc = _describe(client, arn, consumer_name)
+    if desc is not None and desc["ConsumerStatus"] == DELETING:
+        # A consumer of that name is being deregistered: it must be gone before the name is free.
+        log.info("EFO consumer %s of %s is being deleted; waiting", consumer_name, stream_name)
+        _wait_gone(
+            client, arn, consumer_name, timeout_s, poll_s,
+            f"EFO consumer '{consumer_name}' of Kinesis stream '{stream_name}' is still "
+            f"DELETING after {timeout_s:g} s",
+        )
+        desc = None
+    if desc is None:
+        log.info("registering EFO consumer %s on stream %s", consumer_name, stream_name)
+        _register(client, arn, stream_name, consumer_name)
+        desc = _describe(client, arn, consumer_name)
+        if desc is None:
+            raise ConsumerError(
+                f"EFO consumer '{consumer_name}' of Kinesis stream '{stream_name}' is not there "
+                "after RegisterStreamConsumer (deregistered concurrently, or the stream is not "
+                "ACTIVE?)"
+            )
+    if desc["ConsumerStatus"] != ACTIVE:
+        wait_active(client, desc["ConsumerARN"], timeout_s, poll_s)
+    return desc["ConsumerARN"]
+
+
+def deregister_consumer(
+    client: Any,
+    stream_name: str,
+    consumer_name: str,
+    timeout_s: float | None = None,
+    poll_s: float = 1.0,
+) -> bool:
+    """Deregister ``consumer_name`` of ``stream_name``; False if there was none. With
+    ``timeout_s``, wait until it is gone (so the name can be registered again)."""
+    arn = stream_arn(client, stream_name)
+    try:
+        client.deregister_stream_consumer(StreamARN=arn, ConsumerName=consumer_name)
+    except ClientError as exc:
+        if error_code(exc) == NOT_FOUND:
+            return False
+        raise
+    if timeout_s is not None:
+        _wait_gone(
+            client, arn, consumer_name, timeout_s, poll_s,
+            f"EFO consumer '{consumer_name}' of Kinesis stream '{stream_name}' is still "
+            f"there {timeout_s:g} s after it was deregistered",
+        )
+    return True
+
+
+class Consumers:
+    """The run's EFO consumers, by stream name."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self._opts = opts
+        self.name = opts.consumer_name or opts.application_name
+        self._arns: dict[str, str] | None = None
+        self._released = threading.Event()
+
+    def _client(self) -> Any:
+        return shared_client(AwsSettings.for_kinesis(self._opts), "kinesis")
+
+    def arns(self) -> dict[str, str]:
+        """Each stream's consumer ARN, registering and waiting once per run."""
+        if self._arns is None:
+            client = self._client()
+            timeout = self._opts.consumer_timeout_ms / 1000
+            self._arns = {
+                stream: ensure_consumer(client, stream, self.name, timeout)
+                for stream in self._opts.stream_names
+            }
+            if self._opts.deregister_consumer:
+                self._deregister_on_exit()
+        return self._arns
+
+    def release(self) -> None:
+        """Deregister the consumers (once); failures are logged, not raised: the query is
+        stopping, and `kinesis-ddb consumers deregister` can finish the job."""
+        if self._released.is_set() or self._arns is None:
+            return
+        self._released.set()
+        client = self._client()
+        for stream in self._opts.stream_names:
+            try:
+                deregister_consumer(client, stream, self.name)
+                log.info("deregistered EFO consumer %s of stream %s", self.name, stream)
+            except Exception as exc:  # noqa: BLE001 - best effort while stopping
+                log.warning(
+                    "could not deregister EFO consumer '%s' of Kinesis stream '%s' (%s); run "
+                    "`kinesis-ddb consumers deregister` to remove it", self.name, stream, exc
+                )
+
+    def _deregister_on_exit(self) -> None:
+        atexit.register(self.release)
+        try:
+            previous = signal.getsignal(signal.SIGTERM)
+        except ValueError:  # pragma: no cover - not the main thread
+            return
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            if self._released.is_set():
+                # Spark may close the helper's socket and send SIGTERM at once: the socket's end
+                # already led to stop() and its deregistration, which exiting now would cut off.
+                return
+            self.release()
+            if callable(previous):
+                previous(signum, frame)
+            raise SystemExit(128 + signum)
+
+        try:
+            signal.signal(signal.SIGTERM, on_sigterm)
+        except ValueError:  # signal handlers can only be set from the main thread
+            log.warning(
+                "deregisterConsumer=true: cannot handle SIGTERM outside the main thread; the "
+                "consumer is deregistered only at a clean interpreter exit"
+            )

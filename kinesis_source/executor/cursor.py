@@ -1,0 +1,126 @@
+"""Where the read of one exact range stands: the opening check, the resume position, the cut
+at the range's end and the incompleteness rule, once for both readers.
+"""
+
+from __future__ import annotations
+
+from kinesis_source.errors import RangeIncompleteError, report_data_loss
+from kinesis_source.positions import AFTER, AT, Position, ShardRange, seq_key
+
+
+def opening_position(start: Position) -> Position:
+    """Where to open an iterator to read after ``start`` *and* see that its record is still
+    there: ``AFTER:s`` opens at ``AT:s`` (one extra record), so a trimmed ``s`` shows."""
+    if start.kind == AFTER:
+        return Position.at(start.seq)  # type: ignore[arg-type]
+    return start
+
+
+def check_opening(records: list[dict], start: Position) -> tuple[list[dict], str | None]:
+    """The records of the first page after ``start`` (read from :func:`opening_position`),
+    and, if ``start``'s record is gone, the sequence number the read landed on instead."""
+    if start.kind not in (AT, AFTER) or not records:
+        return records, None
+    first = records[0]["SequenceNumber"]
+    if first != start.seq:
+        return records, first  # landed past the position: its record was trimmed
+    if start.kind == AFTER and start.sub_seq is None:
+        return records[1:], None
+    return records, None
+
+
+class RangeCursor:
+    """Where the read of one exact range stands; the one template both readers (polling and
+    fan-out) follow, so the opening check, the resume position, the cut at the end and the
+    incompleteness rule live once.
+
+    Every new iterator or subscription opens at :meth:`opening`: one record *before* the
+    position (``AT:s`` for ``AFTER:s``), so :meth:`take` can check that the record is still
+    there. A read that landed past it lost records (trimmed by retention): that is reported,
+    never skipped silently, whether at the range's start or when resuming after an expiry or a
+    subscription's end. The position moves to after each record read, the dropped check record
+    included, so a resume never emits a record twice.
+    """
+
+    def __init__(self, rng: ShardRange, fail_on_data_loss: bool, mode: str = "") -> None:
+        self.range = rng
+        self.position = rng.start
+        self.last_seq: str | None = None  # the last record read (yielded or dropped as check)
+        self._end = seq_key(rng.end_seq)
+        self._fail_on_data_loss = fail_on_data_loss
+        self._unchecked = False
+        self._mode = mode
+
+    def opening(self) -> Position:
+        """Where the next iterator or subscription opens; its first records get checked."""
+        self._unchecked = True
+        return opening_position(self.position)
+
+    def refused(self) -> Position:
+        """The server refused :meth:`opening` (the position is older than the retention):
+        report the loss, and go on from the oldest record left."""
+        self._lost(None)
+        self._unchecked = False
+        self.position = Position.trim_horizon()
+        return self.position
+
+    def take(self, raw: list[dict]) -> tuple[list[dict], bool]:
+        """The records of one page (or event) that belong to the range, in order, and whether
+        the range is complete with them."""
+        records = raw
+        if self._unchecked and raw:
+            self._unchecked = False
+            records, landed = check_opening(raw, self.position)
+            if landed is not None:
+                self._lost(landed)
+        if len(records) < len(raw):  # the check record was dropped: it counts as read
+            self._advance(raw[0]["SequenceNumber"])
+        out = []
+        done = False
+        for rec in records:
+            if seq_key(rec["SequenceNumber"]) > self._end:
+                done = True
+                break
+            out.append(rec)
+        if out:
+            self._advance(out[-1]["SequenceNumber"])
+            done = done or seq_key(out[-1]["SequenceNumber"]) == self._end
+        return out, done
+
+    def _advance(self, seq: str) -> None:
+        self.last_seq = seq
+        self.position = Position.after(seq)
+
+    def _lost(self, landed: str | None) -> None:
+        rng = self.range
+        report_data_loss(rng.stream, rng.shard_id, self.position, landed, self._fail_on_data_loss)
+
+    def incomplete(self, shard_ended: bool) -> RangeIncompleteError:
+        """The error for reaching the shard's end or tip before the planned end, naming which
+        of the causes applies."""
+        rng, how = self.range, f" ({self._mode})" if self._mode else ""
+        if self.last_seq is None:
+            why = (
+                "found no record at or after the range's start: every record from there on is "
+                "gone (trimmed by the stream's retention), or the stream was deleted and "
+                "re-created under the same name"
+            )
+        elif shard_ended:
+            why = (
+                f"reached the end of the closed shard (the shard ended) at its last record "
+                f"{self.last_seq}, before the planned end: the stream was deleted and "
+                "re-created under the same name since the batch was planned, or the offset "
+                "belongs to another stream"
+            )
+        else:
+            why = (
+                f"reached the shard's tip, its newest record being {self.last_seq}, before the "
+                "planned end: the stream was deleted and re-created under the same name since "
+                "the batch was planned (its sequence numbers restart), or the offset belongs to "
+                "another stream"
+            )
+        return RangeIncompleteError(
+            f"Cannot complete range {rng}{how}: the read {why}. Spark's checkpoint cannot be "
+            "replayed against this stream: run `kinesis-ddb checkpoints reset` and start with "
+            "a new checkpointLocation."
+        )
