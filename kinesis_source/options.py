@@ -9,18 +9,26 @@ keeps the file in step.
 from __future__ import annotations
 
 import difflib
-import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from datetime import datetime
 from typing import Any
-from urllib.parse import urlparse
 
-from kinesis_source.errors import OptionError, PositionError
-from kinesis_source.positions import Position, check_seq, parse_timestamp
-
-_STREAM_NAME_RE = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+from kinesis_source.errors import OptionError
+from kinesis_source.option_values import (
+    InitialPosition,
+    int_in,
+    one_of,
+    parse_app_name,
+    parse_bool,
+    parse_callback_path,
+    parse_initial_position,
+    parse_non_empty,
+    parse_role_arn,
+    parse_session_name,
+    parse_stream_names,
+    parse_table_name,
+    parse_url,
+)
 
 
 def _option(
@@ -44,186 +52,6 @@ def _option(
     return field(default=default, metadata=meta, repr=not secret)
 
 
-def _int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
-    rule = f"an integer from {lo} to {hi}" if hi is not None else f"an integer >= {lo}"
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise ValueError(f"must be {rule}") from None
-        if value < lo or (hi is not None and value > hi):
-            raise ValueError(f"must be {rule}")
-        return value
-
-    return parse
-
-
-def _non_empty(text: str) -> str:
-    if not text.strip():
-        raise ValueError("must not be empty")
-    return text.strip()
-
-
-def _stream_names(text: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in text.split(","))
-    for name in names:
-        if not _STREAM_NAME_RE.match(name):
-            raise ValueError(
-                "must be a comma-separated list of Kinesis stream names "
-                "(1-128 characters of a-z, A-Z, 0-9, '_', '.', '-')"
-            )
-    if len(set(names)) != len(names):
-        raise ValueError("names a stream twice")
-    return names
-
-
-_APP_RE = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
-_TABLE_RE = re.compile(r"^[a-zA-Z0-9_.-]{3,255}$")
-_CALLBACK_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
-
-
-def _app_name(text: str) -> str:
-    if not _APP_RE.match(text.strip()):
-        raise ValueError("must be 1-128 characters of a-z, A-Z, 0-9, '_', '.', '-'")
-    return text.strip()
-
-
-def _table_name(text: str) -> str:
-    if not _TABLE_RE.match(text.strip()):
-        raise ValueError("must be a DynamoDB table name: 3-255 characters of a-z, A-Z, 0-9, '_', '.', '-'")
-    return text.strip()
-
-
-def _bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value not in ("true", "false"):
-        raise ValueError("must be true or false")
-    return value == "true"
-
-
-def _callback_path(text: str) -> str:
-    if not _CALLBACK_RE.match(text.strip()):
-        raise ValueError("must be a dotted path 'package.module:function'")
-    return text.strip()
-
-
-def _one_of(*choices: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        value = text.strip().lower()
-        if value not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}")
-        return value
-
-    return parse
-
-
-_ROLE_RE = re.compile(r"^arn:aws[a-zA-Z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
-_SESSION_RE = re.compile(r"^[\w+=,.@-]{2,64}$")
-
-
-def _role_arn(text: str) -> str:
-    if not _ROLE_RE.match(text.strip()):
-        raise ValueError("must be an IAM role ARN, e.g. arn:aws:iam::123456789012:role/reader")
-    return text.strip()
-
-
-def _session_name(text: str) -> str:
-    if not _SESSION_RE.match(text.strip()):
-        raise ValueError("must be 2-64 characters of letters, digits and +=,.@_-")
-    return text.strip()
-
-
-def _url(text: str) -> str:
-    parsed = urlparse(text.strip())
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:4566")
-    return text.strip()
-
-
-@dataclass(frozen=True)
-class InitialPosition:
-    """Where a query with no checkpoint starts, per shard.
-
-    ``kind`` is TRIM_HORIZON, LATEST, AT_TIMESTAMP or SHARDS. For SHARDS, ``shards`` maps a
-    shard id (or ``<stream>/<shardId>``) to a position string or ``LATEST``; shards it does not
-    name start at TRIM_HORIZON.
-    """
-
-    kind: str
-    timestamp: datetime | None = None
-    shards: tuple[tuple[str, str], ...] = ()
-
-    def __str__(self) -> str:
-        if self.kind == "AT_TIMESTAMP":
-            return f"AT_TIMESTAMP:{self.timestamp.isoformat()}"  # type: ignore[union-attr]
-        if self.kind == "SHARDS":
-            return json.dumps(dict(self.shards), sort_keys=True)
-        return self.kind
-
-
-_INITIAL_RULE = (
-    "must be TRIM_HORIZON, LATEST, AT_TIMESTAMP:<ISO-8601 timestamp> or a JSON object "
-    '{"<shardId>": "<sequenceNumber>"}'
-)
-
-
-def _initial_position(text: str) -> InitialPosition:
-    raw = text.strip()
-    upper = raw.upper()
-    if upper in ("TRIM_HORIZON", "LATEST"):
-        return InitialPosition(upper)
-    if upper.startswith("AT_TIMESTAMP:"):
-        try:
-            return InitialPosition("AT_TIMESTAMP", timestamp=parse_timestamp(raw[13:]))
-        except ValueError:
-            raise ValueError(
-                f"has a timestamp that is not ISO-8601 (e.g. AT_TIMESTAMP:2026-01-31T12:00:00Z); "
-                f"it {_INITIAL_RULE}"
-            ) from None
-    if raw.startswith("{"):
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"is not valid JSON ({exc.msg}); it {_INITIAL_RULE}") from None
-        if not isinstance(data, dict) or not data:
-            raise ValueError(f"must be a non-empty JSON object; it {_INITIAL_RULE}")
-        shards = []
-        for key, value in sorted(data.items()):
-            shards.append((key, _shard_start(key, value)))
-        return InitialPosition("SHARDS", shards=tuple(shards))
-    raise ValueError(_INITIAL_RULE)
-
-
-def parse_initial_position(text: str) -> InitialPosition:
-    """Parse an ``initialPosition`` value (also the spec stored by ``checkpoints reset``)."""
-    try:
-        return _initial_position(text)
-    except ValueError as exc:
-        raise OptionError(f"Option 'initialPosition' = {text!r} is invalid: {exc}") from None
-
-
-def _shard_start(key: str, value: Any) -> str:
-    """Validate one entry of the per-shard JSON; a bare sequence number means AFTER it."""
-    if not isinstance(value, str):
-        raise ValueError(f"gives shard {key!r} the value {value!r}: use a string")
-    if value.upper() == "LATEST":
-        return "LATEST"
-    try:
-        check_seq(value)
-        return Position.after(value).to_str()
-    except PositionError:
-        pass
-    try:
-        Position.parse(value)
-    except PositionError:
-        raise ValueError(
-            f"gives shard {key!r} the value {value!r}: use a sequence number (reading starts "
-            "after it), TRIM_HORIZON, LATEST, AT_TIMESTAMP:<iso>, AT:<seq> or AFTER:<seq>"
-        ) from None
-    return value
-
-
 @dataclass(frozen=True)
 class SourceOptions:
     """The parsed options of one query. Secrets are left out of ``repr``."""
@@ -234,7 +62,7 @@ class SourceOptions:
         None,
         "Kinesis stream to read, or several, comma-separated (offsets, checkpoints and the "
         "`streamName` column keep them apart). Required.",
-        _stream_names,
+        parse_stream_names,
         required=True,
     )
     region: str | None = _option(
@@ -243,14 +71,14 @@ class SourceOptions:
         None,
         "AWS region of the stream, e.g. `eu-west-1`. Default: the boto3 chain "
         "(`AWS_REGION`, `AWS_DEFAULT_REGION`, the profile).",
-        _non_empty,
+        parse_non_empty,
     )
     endpoint_url: str | None = _option(
         "endpointUrl",
         "string",
         None,
         "Kinesis endpoint URL, for VPC endpoints and local servers. Default: the region's.",
-        _url,
+        parse_url,
     )
     initial_position: InitialPosition = _option(
         "initialPosition",
@@ -263,14 +91,14 @@ class SourceOptions:
         "descendant named at a sequence number or `SHARD_END`: they were read to their end, as "
         "in what `checkpoints export` writes). LATEST and AT_TIMESTAMP are resolved once per "
         "query.",
-        _initial_position,
+        parse_initial_position,
     )
     max_records_per_fetch: int = _option(
         "maxRecordsPerFetch",
         "int",
         10000,
         "`Limit` of each `GetRecords` call (1..10000).",
-        _int_in(1, 10000),
+        int_in(1, 10000),
     )
     max_records_per_batch: int | None = _option(
         "maxRecordsPerBatch",
@@ -282,7 +110,7 @@ class SourceOptions:
         "batches. A single Kinesis record holding more user records than the limit forms a "
         "batch of its own (records are never split). `Trigger.AvailableNow` honours it; "
         "`Trigger.Once` reads everything, as in Spark's other sources.",
-        _int_in(1),
+        int_in(1),
     )
     min_probe_interval_ms: int = _option(
         "minProbeIntervalMs",
@@ -290,14 +118,14 @@ class SourceOptions:
         1000,
         "Least time between two tail probes of the stream when Spark polls for new data; "
         "an idle query makes at most one probe per interval.",
-        _int_in(0),
+        int_in(0),
     )
     shard_discovery_interval_ms: int = _option(
         "shardDiscoveryIntervalMs",
         "int",
         30000,
         "Least time between two `ListShards` scans for new shards.",
-        _int_in(0),
+        int_in(0),
     )
     on_corrupt_aggregate: str = _option(
         "onCorruptAggregate",
@@ -308,7 +136,7 @@ class SourceOptions:
         "drops it with a warning in the executor log. A record that starts with the magic "
         "without the matching MD5 is no aggregate: it is delivered as a plain record, as KCL "
         "does.",
-        _one_of("fail", "skip"),
+        one_of("fail", "skip"),
     )
     max_retries: int = _option(
         "maxRetries",
@@ -316,7 +144,7 @@ class SourceOptions:
         10,
         "Attempts botocore's standard retry mode makes for throttling, 5xx and network errors "
         "on each AWS call before the error reaches the query.",
-        _int_in(1, 100),
+        int_in(1, 100),
     )
     consumer_mode: str = _option(
         "consumerMode",
@@ -326,7 +154,7 @@ class SourceOptions:
         "`efo` reads each range with enhanced fan-out `SubscribeToShard` through a registered "
         "consumer (its own 2 MB/s per shard; costs extra; wants triggers of 5 s or more, as "
         "Kinesis refuses a new subscription of one consumer and shard within 5 s of the last).",
-        _one_of("polling", "efo"),
+        one_of("polling", "efo"),
     )
     consumer_name: str | None = _option(
         "consumerName",
@@ -334,14 +162,14 @@ class SourceOptions:
         None,
         "EFO consumer name (with `consumerMode=efo`), registered on each stream if missing and "
         "waited for until ACTIVE. Default: `applicationName`.",
-        _app_name,
+        parse_app_name,
     )
     consumer_timeout_ms: int = _option(
         "consumerTimeoutMs",
         "int",
         120000,
         "How long to wait for an EFO consumer to become ACTIVE (registering takes seconds).",
-        _int_in(1000),
+        int_in(1000),
     )
     deregister_consumer: bool = _option(
         "deregisterConsumer",
@@ -350,7 +178,7 @@ class SourceOptions:
         "Deregister the EFO consumer when the query stops (Spark ends the source's planner "
         "process with SIGTERM, which kinesis-ddb handles). `kinesis-ddb consumers deregister` "
         "does it by hand, e.g. after a crash.",
-        _bool,
+        parse_bool,
     )
     application_name: str = _option(
         "applicationName",
@@ -358,7 +186,7 @@ class SourceOptions:
         None,
         "Names this application's rows in the checkpoint table (like a KCL application name). "
         "Required. Two queries with one name fence each other: the newer one wins.",
-        _app_name,
+        parse_app_name,
         required=True,
     )
     checkpoint_table: str = _option(
@@ -366,7 +194,7 @@ class SourceOptions:
         "string",
         "kinesis_ddb_checkpoints",
         "DynamoDB table of the committed positions (partition key `app`, sort key `key`).",
-        _table_name,
+        parse_table_name,
     )
     create_table: bool = _option(
         "createTable",
@@ -374,21 +202,21 @@ class SourceOptions:
         True,
         "Create the checkpoint table (on-demand billing) when it is missing and wait until it "
         "is ACTIVE; `false` makes a missing table an error.",
-        _bool,
+        parse_bool,
     )
     dynamodb_endpoint_url: str | None = _option(
         "dynamodbEndpointUrl",
         "string",
         None,
         "DynamoDB endpoint URL, for VPC endpoints and local servers. Default: the region's.",
-        _url,
+        parse_url,
     )
     dynamodb_region: str | None = _option(
         "dynamodbRegion",
         "string",
         None,
         "Region of the checkpoint table. Default: `region`.",
-        _non_empty,
+        parse_non_empty,
     )
     on_commit: str | None = _option(
         "onCommit",
@@ -396,7 +224,7 @@ class SourceOptions:
         None,
         "Callback `package.module:function` called with a `CommitInfo` after every DynamoDB "
         "commit, in the driver-side Python helper process (it must be importable there).",
-        _callback_path,
+        parse_callback_path,
     )
     on_commit_errors: str = _option(
         "onCommitErrors",
@@ -404,7 +232,7 @@ class SourceOptions:
         "fail",
         "What a raising commit callback does: `fail` fails the query with its traceback; "
         "`log` logs it and goes on.",
-        _one_of("fail", "log"),
+        one_of("fail", "log"),
     )
     fail_on_data_loss: bool = _option(
         "failOnDataLoss",
@@ -414,7 +242,7 @@ class SourceOptions:
         "trimmed), or a tracked shard or stream is gone: `true` fails the query naming the "
         "stream, shard and position; `false` logs a warning and goes on from the oldest record "
         "left (TRIM_HORIZON).",
-        _bool,
+        parse_bool,
     )
     retry_base_delay_ms: int = _option(
         "retryBaseDelayMs",
@@ -422,21 +250,21 @@ class SourceOptions:
         1000,
         "Base of botocore's exponential backoff (full jitter, capped at 20 s) for throttling "
         "errors; 5xx and network errors use a twentieth of it.",
-        _int_in(1, 60000),
+        int_in(1, 60000),
     )
     aws_access_key_id: str | None = _option(
         "awsAccessKeyId",
         "string",
         None,
         "Static access key id (with `awsSecretKey`). Default: the boto3 credential chain.",
-        _non_empty,
+        parse_non_empty,
     )
     aws_secret_key: str | None = _option(
         "awsSecretKey",
         "secret",
         None,
         "Static secret key (with `awsAccessKeyId`). Never logged.",
-        _non_empty,
+        parse_non_empty,
         secret=True,
     )
     aws_session_token: str | None = _option(
@@ -444,7 +272,7 @@ class SourceOptions:
         "secret",
         None,
         "Session token for temporary static credentials. Never logged.",
-        _non_empty,
+        parse_non_empty,
         secret=True,
     )
     profile: str | None = _option(
@@ -452,7 +280,7 @@ class SourceOptions:
         "string",
         None,
         "Named profile from the AWS config files, instead of static keys.",
-        _non_empty,
+        parse_non_empty,
     )
 
     role_arn: str | None = _option(
@@ -461,21 +289,21 @@ class SourceOptions:
         None,
         "IAM role to assume for Kinesis and DynamoDB alike, on the driver and the executors. "
         "Its credentials are refreshed before they expire.",
-        _role_arn,
+        parse_role_arn,
     )
     role_session_name: str = _option(
         "roleSessionName",
         "string",
         "kinesis-ddb",
         "Session name for `roleArn`.",
-        _session_name,
+        parse_session_name,
     )
     role_external_id: str | None = _option(
         "roleExternalId",
         "secret",
         None,
         "External id for `roleArn`, if the role's trust policy requires one. Never logged.",
-        _non_empty,
+        parse_non_empty,
         secret=True,
     )
     sts_endpoint_url: str | None = _option(
@@ -483,7 +311,7 @@ class SourceOptions:
         "string",
         None,
         "STS endpoint URL used to assume `roleArn`. Default: the region's.",
-        _url,
+        parse_url,
     )
 
     def __post_init__(self) -> None:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # driver modules load only in the driver's helper, never on e
     from kinesis_source.driver.commits import Checkpointer
     from kinesis_source.driver.consumers import Consumers
     from kinesis_source.driver.planner import Planner
+    from kinesis_source.driver.start import StartResolver
 
 try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import (
@@ -78,6 +79,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         # Made on first driver call: the reader is pickled right after __init__.
         self._planner: Planner | None = None
         self._checkpointer: Checkpointer | None = None
+        self._start: StartResolver | None = None
         self._consumers: Consumers | None = None
         # The end of the newest batch Spark knows of: what latestOffset returned last, or the
         # end partitions() was last given. pyspark < 4.2 passes latestOffset no start; after a
@@ -88,6 +90,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         state = self.__dict__.copy()
         state["_planner"] = None
         state["_checkpointer"] = None
+        state["_start"] = None
         state["_consumers"] = None
         state["_known_end"] = None
         return state
@@ -104,19 +107,37 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
             self._planner = Planner(self._opts)
         return self._planner
 
+    def _claimable(self) -> None:
+        """The run's application (claimed on first use), its start and its commits, made
+        together in the driver-side helper."""
+        from kinesis_source.driver.application import Application
+        from kinesis_source.driver.commits import Checkpointer
+        from kinesis_source.driver.start import StartResolver
+
+        app = Application.for_options(self._opts, self.planner)
+        self._start = StartResolver(app)
+        self._checkpointer = Checkpointer(app, self._callback)
+
     @property
     def checkpointer(self) -> Checkpointer:
-        """The run's DynamoDB checkpointer, created lazily in the driver-side helper."""
+        """The run's DynamoDB commits, created lazily in the driver-side helper."""
         if self._checkpointer is None:
-            from kinesis_source.driver.commits import Checkpointer
-
-            self._checkpointer = Checkpointer(self._opts, self.planner, self._callback)
+            self._claimable()
+        assert self._checkpointer is not None
         return self._checkpointer
+
+    @property
+    def start(self) -> StartResolver:
+        """Where the run starts, and where streams added since Spark's checkpoint enter."""
+        if self._start is None:
+            self._claimable()
+        assert self._start is not None
+        return self._start
 
     def initialOffset(self) -> dict:
         """Where a query without a Spark checkpoint starts: committed positions in DynamoDB,
         else the stored or given initial position (resolved once and stored)."""
-        return self.checkpointer.initial_offset().to_dict()
+        return self.start.initial_offset().to_dict()
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         """Exact end of the next batch, or ``start`` when nothing new arrived.
@@ -131,8 +152,8 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         if start is not None:
             begin = Offset.from_dict(start)
         else:
-            begin = self._known_end or self.checkpointer.initial_offset()
-        entering = self.checkpointer.entering(begin)
+            begin = self._known_end or self.start.initial_offset()
+        entering = self.start.entering(begin)
         if entering:
             # Streams added since Spark's checkpoint was made enter at their start positions
             # in a batch of their own (see plan_ranges), before any of them is read.

@@ -1,15 +1,20 @@
-"""Commit callbacks: what they receive, and loading one by dotted path (option ``onCommit``).
-"""
+"""Commit callbacks: what they receive, calling them, and loading one by dotted path (option
+``onCommit``)."""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import Any
 
-from kinesis_source.errors import OptionError
+from kinesis_source.errors import CommitCallbackError, OptionError
+from kinesis_source.positions import AFTER, Position, split_shard_key
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,3 +47,42 @@ def load_callback(path: str) -> Callable[[CommitInfo], Any]:
     if not callable(func):
         raise OptionError(f"Option 'onCommit' = {path!r} is not a function")
     return func
+
+
+def commit_info(
+    application: str, table: str, epoch: int, stored: Mapping[str, Position]
+) -> CommitInfo:
+    """What the callbacks hear after a commit: every position the table now holds."""
+    positions: dict[tuple[str, str], str] = {}
+    ended = set()
+    for key, pos in stored.items():
+        stream_shard = split_shard_key(key)
+        if pos.kind == AFTER and pos.seq is not None:
+            positions[stream_shard] = pos.seq
+        elif pos.is_shard_end:
+            ended.add(stream_shard)
+    return CommitInfo(
+        application=application,
+        table=table,
+        epoch=epoch,
+        committed_at=datetime.now(timezone.utc),
+        positions=MappingProxyType(positions),
+        ended=frozenset(ended),
+    )
+
+
+def notify(callbacks: Iterable[Callable[[CommitInfo], Any]], info: CommitInfo, on_errors: str) -> None:
+    """Call each callback; one that raises fails the query (``onCommitErrors=fail``) or is
+    logged (``log``)."""
+    for callback in callbacks:
+        try:
+            callback(info)
+        except Exception as exc:
+            name = getattr(callback, "__qualname__", repr(callback))
+            if on_errors == "log":
+                log.exception("commit callback %s raised; going on (onCommitErrors=log)", name)
+                continue
+            raise CommitCallbackError(
+                f"Commit callback {name} raised {type(exc).__name__}: {exc} (the positions "
+                "were committed to DynamoDB; set onCommitErrors=log to log and go on)"
+            ) from exc

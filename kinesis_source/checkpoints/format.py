@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -204,3 +204,54 @@ def transactions(writes: list[tuple[str, dict, int]]) -> list[list[tuple[str, di
         chunks[-1].append(write)
         size += write[2]
     return chunks
+
+
+@dataclass
+class ItemsRead:
+    """One application's items as a query returned them, parsed: the meta item (its stored
+    initial positions filled in from the ``initial#NN`` set it names), the committed
+    positions (format 1 and 2 merged), and what a writer needs to rewrite them."""
+
+    meta: Meta | None = None
+    shards: dict[str, StoredShard] = field(default_factory=dict)
+    legacy_keys: list[str] = field(default_factory=list)  # format-1 items still there
+    versions: dict[str, int] = field(default_factory=dict)  # bucket sort key -> version
+    initial_keys: set[str] = field(default_factory=set)  # every initial#NN item
+
+
+def read_items(raw_items: Iterable[Mapping[str, dict]]) -> ItemsRead:
+    """Parse the raw (attribute-value) items of one application."""
+    out = ItemsRead()
+    legacy: dict[str, StoredShard] = {}
+    initial: dict[str, dict[str, str]] = {}  # by initialId: offset key -> position
+    for raw in raw_items:
+        item = from_ddb(raw)
+        key = item["key"]
+        if key == META_KEY:
+            out.meta = Meta.from_item(item)
+        elif key.startswith(BUCKET_PREFIX):
+            out.versions[key] = int(item.get("version", 0))
+            for offset_key, entry in json.loads(item["positions"]).items():
+                out.shards[offset_key] = shard_of_entry(entry)
+        elif key.startswith(INITIAL_PREFIX):
+            out.initial_keys.add(key)
+            initial.setdefault(item.get("initialId", ""), {}).update(json.loads(item["positions"]))
+        elif key.startswith(SHARD_PREFIX):
+            out.legacy_keys.append(key)
+            legacy[offset_key_of(key)] = StoredShard(
+                position=Position.parse(item["position"]),
+                epoch=int(item.get("epoch", 0)),
+                owner=item.get("owner"),
+                committed_at=item.get("committedAt"),
+            )
+    meta = out.meta
+    if meta is not None and meta.initial_id is not None:
+        # The set the meta item names wins over format 2's inline offset, and items of any
+        # other set (a save or a reset cut short) are not read.
+        stored = initial.get(meta.initial_id, {})
+        out.meta = replace(meta, resolved=Offset({k: Position.parse(p) for k, p in stored.items()}))
+    for offset_key, old in legacy.items():
+        # A migration cut short leaves both: the further one is the commit.
+        if offset_key not in out.shards or advances(old.position, out.shards[offset_key].position):
+            out.shards[offset_key] = old
+    return out

@@ -8,7 +8,6 @@ import logging
 import time
 from collections.abc import Awaitable, Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from kinesis_source.aws.clients import AwsSettings
@@ -20,15 +19,11 @@ from kinesis_source.driver.probe import (
     ProbeResult,
     TailProber,
 )
-from kinesis_source.driver.start import (
-    at_progress,
-    check_named_shards,
-    initial_for,
-    latest_position,
-)
+from kinesis_source.driver.start import resolve_positions
 from kinesis_source.errors import KinesisSourceError, report_shard_gone
-from kinesis_source.lineage import gone_shards, probe_starts, retire_finished, superseded
-from kinesis_source.options import InitialPosition, SourceOptions
+from kinesis_source.lineage import gone_shards, probe_starts, retire_finished
+from kinesis_source.option_values import InitialPosition
+from kinesis_source.options import SourceOptions
 from kinesis_source.positions import (
     AFTER,
     Offset,
@@ -170,36 +165,7 @@ class Planner:
         self, spec: InitialPosition, streams: Collection[str] | None
     ) -> Offset:
         listing = await self._listing(force=True)
-        wanted: dict[tuple[str, str], str] = {}
-        for stream, shards in listing.items():
-            if streams is not None and stream not in streams:
-                continue
-            for shard in shards:
-                wanted[(stream, shard.shard_id)] = initial_for(spec, stream, shard.shard_id)
-        if spec.kind == "SHARDS":
-            check_named_shards(spec, listing)
-            # A shard whose descendant is named at a point in its log (as `checkpoints export`
-            # writes, which leaves out finished parents) was read to its end: not again.
-            named = dict(spec.shards)
-            for key in superseded(listing, at_progress(wanted)):
-                stream, shard_id = split_shard_key(key)
-                if key not in named and shard_id not in named:  # named: as the user says
-                    del wanted[(stream, shard_id)]
-        latest = {key: Position.trim_horizon() for key, v in wanted.items() if v == "LATEST"}
-        now = datetime.now(timezone.utc)
-        probed = await self._prober_ready().settle_all(latest) if latest else {}
-        positions = {}
-        for (stream, shard_id), text in wanted.items():
-            if text == "LATEST":
-                found = probed[(stream, shard_id)]
-                if found.gone:
-                    continue  # expired since it was listed: nothing of it is left to read
-                pos = latest_position(stream, shard_id, found, now)
-            else:
-                pos = Position.parse(text)
-            positions[shard_key(stream, shard_id)] = pos
-        log.info("initial positions resolved for %d shards (%s)", len(positions), spec)
-        return Offset(positions)
+        return await resolve_positions(spec, listing, self._prober_ready(), streams)
 
     def shard_keys(self) -> set[str]:
         """Offset keys of every listed shard (lists now if not yet listed)."""
@@ -246,18 +212,16 @@ class Planner:
 
     def latest_offset(self, start: Offset, max_records: int | None = None) -> Offset:
         """The exact end of the next batch: every shard's tip after ``start``, or, with
-        ``max_records``, a fair cut holding at most that many user records (``limits.py``).
+        ``max_records``, a fair cut holding at most that many user records (``driver/limits.py``).
         Under ``Trigger.AvailableNow`` no shard goes past its target.
 
         Returns ``start`` itself when nothing new arrived, so idle streams run no batches.
         At most one probe per ``minProbeIntervalMs`` for the same start and limit.
         """
         probe_key = f"{start.to_json()}|{max_records}"
-        now = time.monotonic()
         if self._last_probe is not None:
             last_key, last_end, at = self._last_probe
-            interval = self._opts.min_probe_interval_ms / 1000
-            if last_key == probe_key and now - at < interval:
+            if last_key == probe_key and time.monotonic() - at < self._opts.min_probe_interval_ms / 1000:
                 return last_end
         end = self._run(self._probe(start, max_records))
         self._last_probe = (probe_key, end, time.monotonic())

@@ -1,19 +1,24 @@
-"""Where a query starts: option 'initialPosition' resolved per shard.
+"""Where a query starts, in one place: the resume matrix (Spark's checkpoint, else the
+positions committed in DynamoDB, else option 'initialPosition' resolved once and stored),
+streams added to an application that already ran, and 'initialPosition' resolved per shard.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Collection, Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from kinesis_source.aws.kinesis import ShardInfo
-from kinesis_source.driver.probe import (
-    ProbeResult,
-)
+from kinesis_source.driver.probe import ProbeResult, TailProber
 from kinesis_source.errors import OptionError
-from kinesis_source.options import InitialPosition
-from kinesis_source.positions import AFTER, AT, SHARD_END, Position, shard_key
+from kinesis_source.lineage import superseded
+from kinesis_source.option_values import InitialPosition, parse_initial_position
+from kinesis_source.positions import AFTER, AT, SHARD_END, Offset, Position, shard_key, split_shard_key
+
+if TYPE_CHECKING:
+    from kinesis_source.driver.application import Application
 
 log = logging.getLogger(__name__)
 
@@ -73,3 +78,137 @@ def check_named_shards(spec: InitialPosition, listing: dict[str, list[ShardInfo]
                 f"Option 'initialPosition' names shard '{bare[0]}' without its stream; with "
                 "several streams write '<stream>/<shardId>'"
             )
+
+
+async def resolve_positions(
+    spec: InitialPosition,
+    listing: Mapping[str, list[ShardInfo]],
+    prober: TailProber,
+    streams: Collection[str] | None = None,
+) -> Offset:
+    """``spec`` resolved per listed shard (of ``streams`` only, if given): LATEST after each
+    tip (probes settle shards behind empty pages), a shard named by a descendant at a point
+    in its log skipped as finished."""
+    wanted: dict[tuple[str, str], str] = {}
+    for stream, shards in listing.items():
+        if streams is not None and stream not in streams:
+            continue
+        for shard in shards:
+            wanted[(stream, shard.shard_id)] = initial_for(spec, stream, shard.shard_id)
+    if spec.kind == "SHARDS":
+        check_named_shards(spec, dict(listing))
+        # A shard whose descendant is named at a point in its log (as `checkpoints export`
+        # writes, which leaves out finished parents) was read to its end: not again.
+        named = dict(spec.shards)
+        for key in superseded(listing, at_progress(wanted)):
+            stream, shard_id = split_shard_key(key)
+            if key not in named and shard_id not in named:  # named: as the user says
+                del wanted[(stream, shard_id)]
+    latest = {key: Position.trim_horizon() for key, v in wanted.items() if v == "LATEST"}
+    now = datetime.now(timezone.utc)
+    probed = await prober.settle_all(latest) if latest else {}
+    positions = {}
+    for (stream, shard_id), text in wanted.items():
+        if text == "LATEST":
+            found = probed[(stream, shard_id)]
+            if found.gone:
+                continue  # expired since it was listed: nothing of it is left to read
+            pos = latest_position(stream, shard_id, found, now)
+        else:
+            pos = Position.parse(text)
+        positions[shard_key(stream, shard_id)] = pos
+    log.info("initial positions resolved for %d shards (%s)", len(positions), spec)
+    return Offset(positions)
+
+
+class StartResolver:
+    """Where this run starts (``initialOffset``) and where streams added since Spark's
+    checkpoint enter it."""
+
+    def __init__(self, app: Application) -> None:
+        self._app = app
+        self._initial: Offset | None = None
+
+    def initial_offset(self) -> Offset:
+        """Where a query without a Spark checkpoint starts (the resume matrix); the same
+        answer every time it is asked in a run."""
+        if self._initial is None:
+            self._initial = self._resolve_start()
+        return self._initial
+
+    def _resolve_start(self) -> Offset:
+        app = self._app
+        epoch = app.claim()
+        snapshot = app.claimed
+        assert snapshot is not None
+        meta = snapshot.meta
+        name, table = app.opts.application_name, app.opts.checkpoint_table
+        if meta is not None and meta.resolved is not None:
+            base = dict(meta.resolved.shards)
+            if snapshot.shards:
+                log.info(
+                    "application %s resumes from %d committed positions in table %s",
+                    name, len(snapshot.shards), table,
+                )
+            else:
+                log.info("application %s restarts at its stored initial positions", name)
+            base.update(snapshot.positions())
+            added = app.catalogue.streams_entering(Offset(base))
+            if added:
+                base.update(self._add_streams(added))
+            return Offset(base)
+        if meta is not None and meta.initial_spec is not None:
+            spec_text = meta.initial_spec  # set by `checkpoints reset`
+            spec = parse_initial_position(spec_text)
+        else:
+            spec = app.opts.initial_position
+            spec_text = str(spec)
+        resolved = app.catalogue.resolve_initial(spec)
+        if snapshot.shards:  # committed rows but no stored initial (e.g. imported): rows win
+            resolved = Offset({**resolved.shards, **snapshot.positions()})
+        app.store.save_initial(epoch, spec_text, resolved, app.catalogue.stream_identities())
+        app.resolved = resolved
+        log.info("application %s starts at %s (stored in table %s)", name, spec_text, table)
+        return resolved
+
+    def _add_streams(self, streams: list[str]) -> dict[str, Position]:
+        """Start positions for streams added to an application that already has stored
+        initial positions: option 'initialPosition' resolved for them alone, stored with the
+        others (and the streams' identities), so every later start finds them."""
+        app = self._app
+        assert app.epoch is not None and app.resolved is not None
+        spec = app.opts.initial_position
+        added = app.catalogue.resolve_initial(spec, streams)
+        merged = Offset({**app.resolved.shards, **added.shards})
+        meta = app.meta
+        spec_text = meta.initial_spec if meta and meta.initial_spec else str(spec)
+        identities = {**(meta.streams if meta else {}), **app.catalogue.stream_identities()}
+        app.store.save_initial(app.epoch, spec_text, merged, identities)
+        app.resolved = merged
+        app.remember_streams(identities)
+        log.info(
+            "application %s: stream(s) %s added; they start at %s (stored in table %s)",
+            app.opts.application_name, ", ".join(streams), spec, app.opts.checkpoint_table,
+        )
+        return dict(added.shards)
+
+    def entering(self, start: Offset) -> dict[str, Position] | None:
+        """Start positions of streams that have shards but none in ``start`` (Spark's
+        checkpoint predates them), or None: they enter the offset in a batch of their own
+        (``plan_ranges`` reads nothing of them there). A stream new to the application starts
+        at option 'initialPosition' (resolved once and stored); one it knew (re-created while a
+        query ran) starts at TRIM_HORIZON, as a new shard does."""
+        app = self._app
+        streams = app.catalogue.streams_entering(start)
+        if not streams:
+            return None
+        app.claim()
+        known = app.streams_known()
+        new = [s for s in streams if s not in known]
+        positions = self._add_streams(new) if new and app.resolved is not None else {}
+        listing = app.catalogue.listed()
+        for stream in streams:
+            if stream not in new or app.resolved is None:
+                for shard in listing.get(stream, []):
+                    positions.setdefault(shard_key(stream, shard.shard_id), Position.trim_horizon())
+        return positions

@@ -15,7 +15,7 @@ from kinesis_source.aws.clients import AwsSettings
 from kinesis_source.checkpoints.format import Snapshot
 from kinesis_source.checkpoints.store import CheckpointStore
 from kinesis_source.errors import CheckpointError, KinesisSourceError, OptionError
-from kinesis_source.options import parse_initial_position
+from kinesis_source.option_values import parse_initial_position
 
 DEFAULT_TABLE = "kinesis_ddb_checkpoints"
 

@@ -256,7 +256,7 @@ def test_raising_callback_with_errors_logged_goes_on(
         ran = runs.read_text().splitlines() if runs.exists() else []
         text = logged.read_text() if logged.exists() else ""
         return len(ran), text.count(
-            "ERROR kinesis_source.driver.commits: commit callback record_then_explode raised; "
+            "ERROR kinesis_source.checkpoints.callbacks: commit callback record_then_explode raised; "
             "going on (onCommitErrors=log)"
         ), text
 

@@ -45,7 +45,7 @@ def record_then_explode(info) -> None:
         _LOGGING_TO.add(info.application)
         handler = logging.FileHandler(log_path(info.application), encoding="utf-8")
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        logger = logging.getLogger("kinesis_source.driver.commits")
+        logger = logging.getLogger("kinesis_source.checkpoints.callbacks")
         logger.addHandler(handler)
         if logger.getEffectiveLevel() > logging.ERROR:
             logger.setLevel(logging.ERROR)

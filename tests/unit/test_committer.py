@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from kinesis_source.aws.kinesis import ShardInfo
+from kinesis_source.driver.application import Application
 from kinesis_source.driver.commits import Checkpointer
 from kinesis_source.errors import CheckpointFencedError
 from kinesis_source.options import SourceOptions
@@ -49,10 +50,9 @@ def checkpointer():
         "streamName": "s", "applicationName": "app", "region": "us-east-1",
         "dynamodbEndpointUrl": "http://127.0.0.1:9",  # never contacted: the store is replaced
     })
-    c = Checkpointer(opts, planner=None)  # type: ignore[arg-type]
-    c._store = MemoryStore()
-    c._epoch = 3
-    c._first_start_seen = True
+    app = Application(opts, MemoryStore(), Listing([]), owner="test")  # type: ignore[arg-type]
+    app.epoch = 3  # claimed
+    c = Checkpointer(app)
     yield c
     c.close()
 
@@ -62,7 +62,7 @@ def offset(seq):
 
 
 def test_the_commit_runs_while_the_probe_runs(checkpointer):
-    store = checkpointer._store
+    store = checkpointer.app.store
     store.release.clear()
 
     def probe():
@@ -78,14 +78,14 @@ def test_the_commit_runs_while_the_probe_runs(checkpointer):
 
 
 def test_a_failed_commit_fails_the_call_even_when_the_probe_succeeded(checkpointer):
-    checkpointer._store.fail = CheckpointFencedError("claimed by another query")
+    checkpointer.app.store.fail = CheckpointFencedError("claimed by another query")
     with pytest.raises(CheckpointFencedError):
         checkpointer.before_planning(offset("10"), lambda: "end")
     assert checkpointer.commit_calls == 0
     # not recorded as stored: the next call writes it again
-    checkpointer._store.fail = None
+    checkpointer.app.store.fail = None
     checkpointer.before_planning(offset("10"), lambda: "end")
-    assert checkpointer._store.commits == [{"s/shardId-0": Position.after("10")}]
+    assert checkpointer.app.store.commits == [{"s/shardId-0": Position.after("10")}]
 
 
 def test_a_failed_probe_still_records_the_commit_it_waited_for(checkpointer):
@@ -94,13 +94,13 @@ def test_a_failed_probe_still_records_the_commit_it_waited_for(checkpointer):
 
     with pytest.raises(RuntimeError, match="Kinesis down"):
         checkpointer.before_planning(offset("10"), probe)
-    assert checkpointer._store.commits == [{"s/shardId-0": Position.after("10")}]
+    assert checkpointer.app.store.commits == [{"s/shardId-0": Position.after("10")}]
     checkpointer.before_planning(offset("10"), lambda: "end")
-    assert len(checkpointer._store.commits) == 1  # nothing moved since: no second write
+    assert len(checkpointer.app.store.commits) == 1  # nothing moved since: no second write
 
 
 def test_the_epoch_is_read_only_when_no_commit_checked_it_in_this_call(checkpointer):
-    store = checkpointer._store
+    store = checkpointer.app.store
     checkpointer.before_planning(offset("10"), lambda: "end")
     checkpointer.before_batch()
     assert store.epoch_checks == 0  # the commit's transaction checked it
@@ -133,9 +133,9 @@ END = Position.shard_end()
 
 
 def resharded(checkpointer, resolved):
-    checkpointer._planner = Listing(RESHARDED)
-    checkpointer._resolved = resolved
-    checkpointer._stored = {"s/shardId-0": END, "s/shardId-1": END, "s/shardId-2": Position.after("5")}
+    checkpointer.app.catalogue = Listing(RESHARDED)
+    checkpointer.app.resolved = resolved
+    checkpointer.app.stored = {"s/shardId-0": END, "s/shardId-1": END, "s/shardId-2": Position.after("5")}
     return checkpointer
 
 
@@ -146,31 +146,31 @@ def test_a_retired_shard_created_after_the_start_is_forgotten_once_a_child_is_co
     # shardId-1 left the offset, but its children are empty (not committed): it stays
     c.commit(Offset({"s/shardId-2": Position.after("6"), "s/shardId-3": Position.trim_horizon(),
                      "s/shardId-4": Position.trim_horizon()}))
-    assert c._store.forgotten[-1] == []
+    assert c.app.store.forgotten[-1] == []
     # shardId-3 has its first record: shardId-1 goes in that same write
     c.before_planning(
         Offset({"s/shardId-2": Position.after("6"), "s/shardId-3": Position.after("300"),
                 "s/shardId-4": Position.trim_horizon()}),
         lambda: "end",
     )
-    assert c._store.commits[-1] == {"s/shardId-3": Position.after("300")}
-    assert c._store.forgotten[-1] == ["s/shardId-1"]
+    assert c.app.store.commits[-1] == {"s/shardId-3": Position.after("300")}
+    assert c.app.store.forgotten[-1] == ["s/shardId-1"]
     # shardId-0 stays: a resume starts from the stored initial positions (TRIM_HORIZON for it)
-    assert set(c._stored) == {"s/shardId-0", "s/shardId-2", "s/shardId-3"}
+    assert set(c.app.stored) == {"s/shardId-0", "s/shardId-2", "s/shardId-3"}
 
 
 def test_nothing_is_forgotten_without_stored_initial_positions(checkpointer):
     c = resharded(checkpointer, None)
     c.commit(Offset({"s/shardId-2": Position.after("6"), "s/shardId-3": Position.after("300")}))
-    assert c._store.forgotten == [[]]
-    assert "s/shardId-1" in c._stored
+    assert c.app.store.forgotten == [[]]
+    assert "s/shardId-1" in c.app.stored
 
 
 def test_a_shard_still_in_the_offset_is_not_forgotten(checkpointer):
     c = resharded(checkpointer, Offset({}))  # no shard in the stored initial positions
     c.commit(Offset({"s/shardId-1": END, "s/shardId-3": Position.after("300")}))
     # shardId-0 (out of the offset, a child committed) goes; shardId-1, still in it, stays
-    assert c._store.forgotten == [["s/shardId-0"]]
+    assert c.app.store.forgotten == [["s/shardId-0"]]
 
 
 def test_a_finished_shard_that_dynamodb_holds_short_of_its_end_is_committed_at_its_end(
@@ -181,9 +181,9 @@ def test_a_finished_shard_that_dynamodb_holds_short_of_its_end_is_committed_at_i
     next commit writes its SHARD_END, so a resume after it expires finds it finished; a shard
     still in the offset, or with no descendant in it, is left alone."""
     c = resharded(checkpointer, Offset({"s/shardId-0": Position.trim_horizon()}))
-    c._stored["s/shardId-1"] = Position.after("190")
-    c._stored["s/other"] = Position.after("7")  # not listed: nothing is known of it
+    c.app.stored["s/shardId-1"] = Position.after("190")
+    c.app.stored["s/other"] = Position.after("7")  # not listed: nothing is known of it
     c.commit(Offset({"s/shardId-2": Position.after("6"), "s/shardId-3": Position.trim_horizon(),
                      "s/shardId-4": Position.trim_horizon()}))
-    assert c._store.commits[-1] == {"s/shardId-1": END, "s/shardId-2": Position.after("6")}
-    assert c._stored["s/other"] == Position.after("7")
+    assert c.app.store.commits[-1] == {"s/shardId-1": END, "s/shardId-2": Position.after("6")}
+    assert c.app.stored["s/other"] == Position.after("7")

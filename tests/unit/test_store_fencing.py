@@ -5,7 +5,7 @@ sends. The answers are written out here (the meta item's key, ``epoch = :e`` wit
 epoch, the stored and committed position strings), not computed by the store.
 
 Mutants caught:
-- the epoch ``ConditionCheck`` removed from ``CheckpointStore._fenced_writes`` (the
+- the epoch ``ConditionCheck`` removed from ``FencedWriter.run`` (checkpoints/writes.py) (the
   transactions of commit, migrate, save_initial and reset then go out unfenced);
 - ``CheckpointStore.commit`` skipping its "behind" check (a commit behind the stored position
   then sends a transaction lowering it).
