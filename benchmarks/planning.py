@@ -69,9 +69,8 @@ def _planner(url: str, stream: str) -> tuple[Planner, ByteMeter]:
         )
     )
     planner = Planner(opts)
-    planner._run(planner._client())  # the client exists now, so the meter sees every call
     meter = ByteMeter()
-    meter.attach(planner._kinesis._client)
+    meter.attach(planner.kinesis().client)  # made now, so the meter sees every call
     return planner, meter
 
 

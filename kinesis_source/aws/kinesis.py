@@ -162,6 +162,11 @@ class AsyncKinesis:
         self.calls = 0
         self.records_fetched = 0
 
+    @property
+    def client(self) -> Any:
+        """The aiobotocore client underneath (benchmarks attach call meters to its events)."""
+        return self._client
+
     async def list_shards(self, stream: str) -> list[ShardInfo]:
         """Every shard of ``stream`` (open and closed), following pagination."""
         shards: list[ShardInfo] = []

@@ -110,6 +110,10 @@ class Planner:
             self._loop = asyncio.new_event_loop()
         return self._loop.run_until_complete(coro)
 
+    def kinesis(self) -> AsyncKinesis:
+        """The run's Kinesis client, made now if it was not yet."""
+        return self._run(self._client())
+
     async def _client(self) -> AsyncKinesis:
         if self._kinesis is None:
             settings = AwsSettings.for_kinesis(self._opts)

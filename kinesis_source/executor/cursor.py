@@ -4,7 +4,15 @@ at the range's end and the incompleteness rule, once for both readers.
 
 from __future__ import annotations
 
-from kinesis_source.errors import RangeIncompleteError, report_data_loss
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kinesis_source.errors import (
+    RangeIncompleteError,
+    ShardNotFoundError,
+    report_data_loss,
+    report_shard_gone,
+)
 from kinesis_source.positions import AFTER, AT, Position, ShardRange, seq_key
 
 
@@ -124,3 +132,60 @@ class RangeCursor:
             "replayed against this stream: run `kinesis-ddb checkpoints reset` and start with "
             "a new checkpointLocation."
         )
+
+
+@dataclass(frozen=True)
+class RawPage:
+    """One page as a reader received it: its records, whether the shard ended with it, and
+    whether the server said nothing newer was there (``MillisBehindLatest`` 0)."""
+
+    records: list[dict]
+    shard_ended: bool = False
+    at_tip: bool = False
+
+
+class RangeReaderBase:
+    """The one template of reading an exact range: the cursor checks openings, resumes, cuts
+    at the end and decides incompleteness; a mode (polling, fan-out) supplies only
+    :meth:`_next_page`."""
+
+    def __init__(self, rng: ShardRange, fail_on_data_loss: bool, mode: str = "") -> None:
+        self._range = rng
+        self._fail_on_data_loss = fail_on_data_loss
+        self._cursor = RangeCursor(rng, fail_on_data_loss, mode)
+
+    def _next_page(self) -> RawPage | None:
+        """The next page, or None when there is none to process yet (ask again)."""
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        """Release what the mode holds (a subscription); called when the read ends."""
+
+    def pages(self) -> Iterator[list[dict]]:
+        """Yield the range's records in order, a page at a time, and nothing past its end;
+        raise :class:`RangeIncompleteError` if the shard ends or its tip is reached first. A
+        shard the stream no longer has is data loss, as ``failOnDataLoss`` says."""
+        cursor, rng = self._cursor, self._range
+        try:
+            while True:
+                try:
+                    page = self._next_page()
+                except ShardNotFoundError:
+                    page = _GONE  # reported outside the handler: no chained traceback
+                if page is _GONE:
+                    report_shard_gone(rng.stream, rng.shard_id, cursor.position, self._fail_on_data_loss)
+                    return
+                if page is None:
+                    continue
+                out, done = cursor.take(page.records)
+                if out:
+                    yield out
+                if done:
+                    return
+                if page.shard_ended or (page.at_tip and not page.records):
+                    raise cursor.incomplete(page.shard_ended)
+        finally:
+            self._close()
+
+
+_GONE = RawPage([])

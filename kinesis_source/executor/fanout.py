@@ -42,9 +42,8 @@ from kinesis_source.errors import (
     KinesisSourceError,
     ShardNotFoundError,
     SubscriptionEndedEarly,
-    report_shard_gone,
 )
-from kinesis_source.executor.cursor import RangeCursor
+from kinesis_source.executor.cursor import RangeReaderBase, RawPage
 from kinesis_source.positions import Position, ShardRange
 
 log = logging.getLogger(__name__)
@@ -85,11 +84,11 @@ def _recoverable(exc: BaseException) -> bool:
     )
 
 
-class SubscribeRangeReader:
+class SubscribeRangeReader(RangeReaderBase):
     """Replays one exact :class:`ShardRange` over EFO subscriptions of ``consumer_arn``.
 
-    ``pages()`` yields the same record dicts, in the same order, as
-    :meth:`kinesis.RangeReader.pages` does for the range. A subscription that ends (Kinesis
+    ``pages()`` (the template's) yields the same record dicts, in the same order, as the
+    polling reader does for the range. A subscription that ends (Kinesis
     ends each after 5 minutes) or fails recoverably is renewed after the last record read;
     ``max_attempts`` failures in a row (with exponential waits from ``retry_wait_s`` up to
     ``max_wait_s``; Kinesis refuses a resubscription within 5 s) end the read with the error.
@@ -105,14 +104,12 @@ class SubscribeRangeReader:
         retry_wait_s: float = 0.5,
         max_wait_s: float = 5.0,
     ) -> None:
+        super().__init__(rng, fail_on_data_loss, mode="EFO")
         self._client = client
         self._consumer_arn = consumer_arn
-        self._range = rng
         self._max_attempts = max_attempts
         self._retry_wait_s = retry_wait_s
         self._max_wait_s = max_wait_s
-        self._cursor = RangeCursor(rng, fail_on_data_loss, mode="EFO")
-        self._fail_on_data_loss = fail_on_data_loss
         self._stream: Any = None  # the current subscription's EventStream
         self._events: Iterator[dict] | None = None
         self._got_event = False
@@ -213,36 +210,12 @@ class SubscribeRangeReader:
                 return message.get("SubscribeToShardEvent")
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def pages(self) -> Iterator[list[dict]]:
-        """Yield the range's records in order, a page (an event) at a time, and nothing past
-        its end; raise :class:`RangeIncompleteError` if the shard ends or its tip is reached
-        first."""
-        cursor = self._cursor
-        rng = self._range
-        try:
-            while True:
-                try:
-                    event = self._next_event()
-                except ShardNotFoundError:
-                    gone = True  # reported outside the handler: no chained traceback
-                else:
-                    gone = False
-                if gone:
-                    report_shard_gone(
-                        rng.stream, rng.shard_id, cursor.position, self._fail_on_data_loss
-                    )
-                    return
-                if event is None:
-                    continue
-                raw = event.get("Records") or []
-                out, done = cursor.take(raw)
-                if out:
-                    yield out
-                if done:
-                    return
-                shard_ended = bool(event.get("ChildShards"))
-                at_tip = not raw and int(event.get("MillisBehindLatest") or 0) == 0
-                if shard_ended or at_tip:
-                    raise cursor.incomplete(shard_ended)
-        finally:
-            self._close()
+    def _next_page(self) -> RawPage | None:
+        event = self._next_event()
+        if event is None:
+            return None
+        return RawPage(
+            event.get("Records") or [],
+            shard_ended=bool(event.get("ChildShards")),
+            at_tip=int(event.get("MillisBehindLatest") or 0) == 0,
+        )

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -21,24 +20,21 @@ from kinesis_source.aws.kinesis import (
     is_expired,
     missing_shard_or_stream,
 )
-from kinesis_source.errors import ShardNotFoundError, report_shard_gone
-from kinesis_source.executor.cursor import RangeCursor
+from kinesis_source.executor.cursor import RangeReaderBase, RawPage
 from kinesis_source.positions import Position, ShardRange
 
 log = logging.getLogger(__name__)
 
 
-class RangeReader:
+class RangeReader(RangeReaderBase):
     """Replays one exact :class:`ShardRange` with a synchronous client, page by page."""
 
     def __init__(
         self, client: Any, rng: ShardRange, limit: int, fail_on_data_loss: bool = True
     ) -> None:
+        super().__init__(rng, fail_on_data_loss)
         self._client = client
-        self._range = rng
         self._limit = limit
-        self._cursor = RangeCursor(rng, fail_on_data_loss)
-        self._fail_on_data_loss = fail_on_data_loss
         self._iterator: str | None = None
         self.calls = 0
         self.expiries = 0
@@ -82,24 +78,8 @@ class RangeReader:
                 raise
             return self._get_iterator(self._cursor.refused())
 
-    def pages(self) -> Iterator[list[dict]]:
-        """Yield the range's records in order, a page at a time, and nothing past its end."""
-        cursor = self._cursor
-        while True:
-            try:
-                page = self._fetch()
-            except ShardNotFoundError:
-                page = None  # reported outside the handler: no chained traceback for the user
-            if page is None:
-                rng = self._range
-                report_shard_gone(rng.stream, rng.shard_id, cursor.position, self._fail_on_data_loss)
-                return
-            self._iterator = page.next_iterator
-            out, done = cursor.take(page.records)
-            if out:
-                yield out
-            if done:
-                return
-            # A closed shard's last page, or an empty page at the tip: nothing more will come.
-            if page.next_iterator is None or (page.at_tip and not page.records):
-                raise cursor.incomplete(shard_ended=page.next_iterator is None)
+    def _next_page(self) -> RawPage:
+        page = self._fetch()
+        self._iterator = page.next_iterator
+        ended = page.next_iterator is None  # a closed shard's last page
+        return RawPage(page.records, shard_ended=ended, at_tip=page.at_tip)
