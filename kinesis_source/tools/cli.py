@@ -90,7 +90,7 @@ def _age(stamp: str | None, now: datetime) -> str:
 def _table(rows: list[list[str]], out: TextIO) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for n, row in enumerate(rows):
-        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n")
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)).rstrip() + "\n")
         if n == 0:
             out.write("  ".join("-" * w for w in widths) + "\n")
 

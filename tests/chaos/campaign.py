@@ -58,8 +58,8 @@ class Outcome:
     replays_by_run: dict[str, int] = field(default_factory=dict)  # run -> identical replays
 
     def figures(self) -> dict[str, Any]:
-        keep = [r for k, r in zip(self.kills, self.runs[1:], strict=True) if k.keep_checkpoint_next]
-        drop = [r for k, r in zip(self.kills, self.runs[1:], strict=True) if not k.keep_checkpoint_next]
+        keep = [r for k, r in zip(self.kills, self.runs[1:], strict=False) if k.keep_checkpoint_next]
+        drop = [r for k, r in zip(self.kills, self.runs[1:], strict=False) if not k.keep_checkpoint_next]
         totals = self.report.totals()
         return {
             "runs": len(self.runs),

@@ -3,6 +3,7 @@ the CLI round trip, and bad checkpoint settings. moto server over HTTP for both 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import uuid
@@ -216,7 +217,7 @@ def test_commit_callbacks_both_ways_once_per_commit(
     assert by_fn == by_option, "the two callbacks saw different commits"
     assert len(by_fn) == calls >= 3, "one callback per DynamoDB commit"
     assert by_fn[-1]["positions"] == final
-    for before, after in zip(by_fn, by_fn[1:], strict=True):
+    for before, after in itertools.pairwise(by_fn):
         for key, seq in before["positions"].items():
             assert seq_key(after["positions"][key]) >= seq_key(seq)
         assert after != before
