@@ -144,8 +144,10 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
 
         Every batch up to ``start`` is in the sink when Spark calls this, so ``start`` is
         committed to DynamoDB while the probe runs. pyspark < 4.2 calls this without ``start``:
-        the probe then starts from the end this reader returned last (or the initial positions);
-        Spark still plans each batch from its own offset log, so ranges stay exact.
+        the probe then starts from the end of the newest batch Spark knows of (the end
+        ``partitions`` was last given, which after a restart pyspark announces first, or the end
+        this reader returned last; else the initial positions), never from DynamoDB's position
+        one batch behind it.
         """
         planner = self.planner
         max_records = self._max_records(limit)
