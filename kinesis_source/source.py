@@ -73,11 +73,14 @@ class KinesisDataSource(DataSource):
 class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ignore[misc]
     """Plans exact ranges on the driver, replays them on executors."""
 
-    def __init__(self, opts: SourceOptions, callback: Any = None) -> None:
+    def __init__(
+        self, opts: SourceOptions, callback: Any = None, planner: Planner | None = None
+    ) -> None:
+        """``planner``: one to use instead of one made on the first driver call (tests)."""
         self._opts = opts
         self._callback = callback
         # Made on first driver call: the reader is pickled right after __init__.
-        self._planner: Planner | None = None
+        self._planner: Planner | None = planner
         self._checkpointer: Checkpointer | None = None
         self._start: StartResolver | None = None
         self._consumers: Consumers | None = None

@@ -102,6 +102,11 @@ class CheckpointStore:
         self._writes = FencedWriter(client, table, app, self._where, self._fenced, self.snapshot)
 
     @property
+    def writer(self) -> FencedWriter:
+        """The store's writer, with what the table holds as last read or written."""
+        return self._writes
+
+    @property
     def client(self) -> Any:
         """The DynamoDB client (the CLI reads other tables with it)."""
         return self._client

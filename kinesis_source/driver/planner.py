@@ -88,10 +88,11 @@ class Planner:
     planner must stay picklable until then), the shard listing, and the last probe's answer.
     """
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, kinesis: AsyncKinesis | None = None) -> None:
+        """``kinesis``: a client to use instead of one made from the options (tests)."""
         self._opts = opts
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._kinesis: AsyncKinesis | None = None
+        self._kinesis: AsyncKinesis | None = kinesis
         self._prober: TailProber | None = None
         self._shards: dict[str, list[ShardInfo]] = {}
         self._listed_at = float("-inf")
@@ -118,6 +119,7 @@ class Planner:
         if self._kinesis is None:
             settings = AwsSettings.for_kinesis(self._opts)
             self._kinesis = AsyncKinesis(await settings.aio_client("kinesis"))
+        if self._prober is None:
             self._prober = TailProber(
                 self._kinesis, self._opts.max_records_per_fetch, self._opts.fail_on_data_loss
             )

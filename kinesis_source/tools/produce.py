@@ -55,7 +55,8 @@ class LoadProducer:
         self._starts: list[int] | None = None  # first hash key of each open shard, ascending
         self._shard_of: dict[str, int] = {}  # partition key -> index into _starts
 
-    def _payload(self, n: int) -> bytes:
+    def payload(self, n: int) -> bytes:
+        """The data of record number ``n``."""
         text = f"{self._prefix}-{n:09d}"
         return (text + "." * max(0, self._size - len(text))).encode()
 
@@ -75,7 +76,7 @@ class LoadProducer:
         return self._shard_of[key]
 
     def _kinesis_records(self, first: int, count: int) -> list[tuple[dict, list[bytes]]]:
-        users = [(f"key-{(first + i) % self._keys}", self._payload(first + i)) for i in range(count)]
+        users = [(f"key-{(first + i) % self._keys}", self.payload(first + i)) for i in range(count)]
         if not self._aggregate:
             return [({"PartitionKey": k, "Data": d}, [d]) for k, d in users]
         by_shard: dict[int, list[tuple[str, bytes]]] = {}

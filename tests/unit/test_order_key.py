@@ -167,7 +167,7 @@ def test_the_meta_item_names_the_initial_positions_only_in_the_last_transaction(
     client = RecordingClient()
     store = CheckpointStore(client, "t", "app")
     stale = "initial#99"  # an item of an earlier set, as the last snapshot saw it
-    store._writes.initial_keys = {stale}
+    store.writer.initial_keys = {stale}
     resolved = Offset({f"s/shardId-{i:012d}": Position.after(SEQ) for i in range(300)})
     store.save_initial(7, "LATEST", resolved, {"s": "t0"})
 
@@ -185,4 +185,4 @@ def test_the_meta_item_names_the_initial_positions_only_in_the_last_transaction(
     assert stored == {k: p.to_str() for k, p in resolved.shards.items()}
     assert {p["key"]["S"] for p in puts} == {initial_bucket_key(k) for k in resolved.shards}
     assert [op["Delete"]["Key"]["key"]["S"] for op in ops if "Delete" in op] == [stale]
-    assert store._writes.initial_keys == {p["key"]["S"] for p in puts}
+    assert store.writer.initial_keys == {p["key"]["S"] for p in puts}

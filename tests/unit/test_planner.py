@@ -283,9 +283,7 @@ def test_shard_info_reads_the_hash_key_range_as_integers():
 
 def planner_on(fake):
     opts = SourceOptions.parse({"streamName": "s", "applicationName": "app", "region": "us-east-1"})
-    planner = Planner(opts)
-    planner._kinesis = AsyncKinesis(AsyncFake(fake))  # what _client() would make
-    return planner
+    return Planner(opts, AsyncKinesis(AsyncFake(fake)))
 
 
 def test_hash_ranges_lists_the_shards_once_and_keys_them_like_offsets():

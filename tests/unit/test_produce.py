@@ -62,7 +62,7 @@ def test_aggregates_hold_the_user_records_of_one_shard():
         assert 1 <= len(decoded) <= 10
         assert {shards_of_keys[k] for k, _, _ in decoded} == {shards_of_keys[rec["PartitionKey"]]}
         users += [d for _, d, _ in decoded]
-    assert sorted(users) == sorted(producer._payload(n) for n in range(200))
+    assert sorted(users) == sorted(producer.payload(n) for n in range(200))
     # each shard's user records fill aggregates of 10 but the last
     keys = [f"key-{n % 8}" for n in range(200)]
     per_shard = [sum(1 for k in keys if shards_of_keys[k] == up) for up in (False, True)]

@@ -16,8 +16,8 @@ from tests.unit.test_planner import planner_on
 def test_partitions_carry_their_shards_hash_range_to_the_executor():
     fake = FakeKinesis({"a": FakeShard(hash_range=(0, 99)), "b": FakeShard(), "c": FakeShard()})
     planner = planner_on(fake)
-    reader = source.KinesisStreamReader(planner._opts)
-    reader._planner = planner
+    opts = SourceOptions.parse({"streamName": "s", "applicationName": "app", "region": "us-east-1"})
+    reader = source.KinesisStreamReader(opts, planner=planner)
     try:
         start = Offset({"s/a": Position.trim_horizon(), "s/b": Position.trim_horizon()})
         end = Offset(
