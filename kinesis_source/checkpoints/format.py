@@ -26,6 +26,11 @@ BUCKET_PREFIX = "shards#"
 
 
 INITIAL_PREFIX = "initial#"  # format 3
+SPEC_PREFIX = "spec#"  # format 3: an initial position spec too large for the meta item
+# A spec longer than this (a per-shard JSON of thousands of shards, as `checkpoints export`
+# writes) is kept in spec#NNNN items of SPEC_CHUNK characters, named by the meta item.
+MAX_INLINE_SPEC = 64_000
+SPEC_CHUNK = 300_000
 
 
 # Fixed since format 2 (changing it moves shards between items: a new format). 64 keeps a small
@@ -122,6 +127,7 @@ class Meta:
     initial_spec: str | None = None
     resolved: Offset | None = None
     initial_id: str | None = None
+    spec_id: str | None = None  # names the spec#NNNN items holding a long initial_spec
 
     @staticmethod
     def from_item(item: Mapping[str, Any]) -> Meta:
@@ -137,6 +143,7 @@ class Meta:
             initial_spec=item.get("initialSpec"),
             resolved=Offset.from_json(resolved) if resolved else None,
             initial_id=item.get("initialId"),
+            spec_id=item.get("initialSpecId"),
         )
 
 
@@ -217,6 +224,7 @@ class ItemsRead:
     legacy_keys: list[str] = field(default_factory=list)  # format-1 items still there
     versions: dict[str, int] = field(default_factory=dict)  # bucket sort key -> version
     initial_keys: set[str] = field(default_factory=set)  # every initial#NN item
+    spec_keys: set[str] = field(default_factory=set)  # every spec#NNNN item
 
 
 def read_items(raw_items: Iterable[Mapping[str, dict]]) -> ItemsRead:
@@ -224,6 +232,7 @@ def read_items(raw_items: Iterable[Mapping[str, dict]]) -> ItemsRead:
     out = ItemsRead()
     legacy: dict[str, StoredShard] = {}
     initial: dict[str, dict[str, str]] = {}  # by initialId: offset key -> position
+    specs: dict[str, dict[str, str]] = {}  # by initialSpecId: sort key -> text
     for raw in raw_items:
         item = from_ddb(raw)
         key = item["key"]
@@ -236,6 +245,9 @@ def read_items(raw_items: Iterable[Mapping[str, dict]]) -> ItemsRead:
         elif key.startswith(INITIAL_PREFIX):
             out.initial_keys.add(key)
             initial.setdefault(item.get("initialId", ""), {}).update(json.loads(item["positions"]))
+        elif key.startswith(SPEC_PREFIX):
+            out.spec_keys.add(key)
+            specs.setdefault(item.get("specId", ""), {})[key] = item["text"]
         elif key.startswith(SHARD_PREFIX):
             out.legacy_keys.append(key)
             legacy[offset_key_of(key)] = StoredShard(
@@ -249,7 +261,12 @@ def read_items(raw_items: Iterable[Mapping[str, dict]]) -> ItemsRead:
         # The set the meta item names wins over format 2's inline offset, and items of any
         # other set (a save or a reset cut short) are not read.
         stored = initial.get(meta.initial_id, {})
-        out.meta = replace(meta, resolved=Offset({k: Position.parse(p) for k, p in stored.items()}))
+        out.meta = meta = replace(
+            meta, resolved=Offset({k: Position.parse(p) for k, p in stored.items()})
+        )
+    if meta is not None and meta.spec_id is not None:
+        parts = specs.get(meta.spec_id, {})
+        out.meta = replace(meta, initial_spec="".join(parts[k] for k in sorted(parts)) or None)
     for offset_key, old in legacy.items():
         # A migration cut short leaves both: the further one is the commit.
         if offset_key not in out.shards or advances(old.position, out.shards[offset_key].position):

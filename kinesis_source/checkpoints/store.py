@@ -16,6 +16,9 @@ One table, keyed by application: partition key ``app`` (= ``applicationName``), 
   never leaves a mix of two sets in force. Format 2 kept this offset inline in the meta item
   (``resolved``), which capped an application at about 4,000 shards (400 KB); it is still read
   when the meta item names no ``initialId``.
+- ``key = "spec#NNNN"`` (format 3): an initial position spec too long for the meta item (a
+  per-shard file of thousands of shards), in pieces of ``SPEC_CHUNK`` characters: ``text``,
+  ``specId`` (named by the meta item's ``initialSpecId``).
 - ``key = "shard#<stream>#<shardId>"``: format 1, one item per shard. Still read, and rewritten
   into buckets by :meth:`CheckpointStore.migrate`.
 
@@ -42,6 +45,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from kinesis_source.aws.clients import error_code
 from kinesis_source.checkpoints.format import (
     FORMAT_VERSION,
+    MAX_INLINE_SPEC,
     META_KEY,
     Meta,
     Snapshot,
@@ -100,6 +104,7 @@ class CheckpointStore:
         self.table = table
         self.app = app
         self._writes = FencedWriter(client, table, app, self._where, self._fenced, self.snapshot)
+        self._spec_keys: set[str] | None = None  # spec#NNNN items, as last read
 
     @property
     def writer(self) -> FencedWriter:
@@ -139,6 +144,7 @@ class CheckpointStore:
         self._writes.known = dict(shards)
         self._writes.versions = read.versions
         self._writes.initial_keys = read.initial_keys
+        self._spec_keys = read.spec_keys
         return Snapshot(meta, shards, frozenset(read.legacy_keys))
 
     def _newer_format(self, version: int) -> CheckpointError:
@@ -308,15 +314,20 @@ class CheckpointStore:
         # The streams' identities go too: a reset is how a re-created stream is accepted.
         # Removing initialId retires the initial#NN items at once; deleting them below only
         # tidies, so a reset cut short never leaves the old initial positions in force.
-        self._update_meta(
-            meta.epoch,
-            "SET initialSpec = :s REMOVE resolved, streams, initialId",
-            {":s": {"S": spec}},
-        )
-        snap = self.snapshot()
+        forget = "REMOVE resolved, streams, initialId"
         writes = self._writes
+        if len(spec) <= MAX_INLINE_SPEC:
+            self._update_meta(
+                meta.epoch, f"SET initialSpec = :s {forget}, initialSpecId", {":s": {"S": spec}}
+            )
+            new_specs: set[str] = set()
+        else:
+            new_specs = writes.long_spec(meta.epoch, spec, forget)
+        snap = self.snapshot()
         assert writes.initial_keys is not None
         keys = sorted(writes.versions) + sorted(writes.initial_keys) + sorted(snap.legacy)
+        assert self._spec_keys is not None
+        keys += sorted(self._spec_keys - new_specs)  # of earlier resets
         writes.run(meta.epoch, [writes.delete(k) for k in keys])
         writes.known, writes.versions, writes.initial_keys = {}, {}, set()
         return meta

@@ -14,8 +14,11 @@ from botocore.exceptions import ClientError
 
 from kinesis_source.aws.clients import error_code
 from kinesis_source.checkpoints.format import (
+    MAX_INLINE_SPEC,
     MAX_ITEM_BYTES,
     META_KEY,
+    SPEC_CHUNK,
+    SPEC_PREFIX,
     StoredShard,
     bucket_key,
     entry_of,
@@ -178,10 +181,14 @@ class FencedWriter:
                 "Key": self.key(META_KEY),
                 "UpdateExpression": (
                     "SET initialSpec = :s, streams = :st, initialId = :i REMOVE resolved"
+                    if len(spec) <= MAX_INLINE_SPEC
+                    # A long spec stays in its spec#NNNN items (or, given as an option, is not
+                    # kept: the positions resolved from it are what a restart reads).
+                    else "SET streams = :st, initialId = :i REMOVE resolved"
                 ),
                 "ConditionExpression": "epoch = :e",
                 "ExpressionAttributeValues": {
-                    ":s": {"S": spec},
+                    **({":s": {"S": spec}} if len(spec) <= MAX_INLINE_SPEC else {}),
                     ":st": {"S": json.dumps(dict(streams), sort_keys=True)},
                     ":i": {"S": set_id},
                     ":e": {"N": str(epoch)},
@@ -247,3 +254,25 @@ class FencedWriter:
                 "writer not going through a claim?): nothing was written; restart the query"
             ) from None
         raise exc
+
+    def long_spec(self, epoch: int, spec: str, also: str) -> set[str]:
+        """Store an initial position spec too long for the meta item (a per-shard file of
+        thousands of shards) in spec#NNNN items, then name them in the meta item (with the
+        ``also`` clause, e.g. ``REMOVE ...``) in the last transaction; returns their keys."""
+        spec_id = uuid.uuid4().hex
+        puts = []
+        for n, at in enumerate(range(0, len(spec), SPEC_CHUNK)):
+            name, text = f"{SPEC_PREFIX}{n:04d}", spec[at : at + SPEC_CHUNK]
+            item = {**self.key(name), "text": {"S": text}, "specId": {"S": spec_id}}
+            puts.append((name, {"Put": {"TableName": self.table, "Item": item}}, len(text)))
+        update = {
+            "Update": {
+                "TableName": self.table,
+                "Key": self.key(META_KEY),
+                "UpdateExpression": f"SET initialSpecId = :i {also}, initialSpec",
+                "ConditionExpression": "epoch = :e",
+                "ExpressionAttributeValues": {":i": {"S": spec_id}, ":e": {"N": str(epoch)}},
+            }
+        }
+        self.run(epoch, puts, meta_update=update)
+        return {name for name, _, _ in puts}

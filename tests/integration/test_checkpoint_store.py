@@ -22,6 +22,7 @@ from kinesis_source.errors import (
     CheckpointFencedError,
     CheckpointTableError,
 )
+from kinesis_source.option_values import parse_initial_position
 from kinesis_source.positions import Offset, Position
 from tests.support.cli import cli
 
@@ -424,3 +425,33 @@ def test_table_with_the_wrong_key_schema_is_named(ddb):
     with pytest.raises(CheckpointTableError) as err:
         CheckpointStore(ddb, name, "app").ensure_table(create=True)
     assert f"'{name}'" in str(err.value) and "checkpointTable" in str(err.value)
+
+
+def test_a_5000_shard_export_resets_through_the_cli_and_is_read_back_whole(store, tmp_path):
+    """The per-shard spec `checkpoints export` writes for 5,000 shards is ~400 KB: stored as
+    given in the meta item, `reset --to-file` failed with DynamoDB's item-size error. It goes
+    to spec#NNNN items now, is read back whole, and the resolved positions saved from it do
+    not need it inline."""
+    epoch = store.claim("o", "h").epoch
+    resolved = many_resolved(5000)
+    store.save_initial(epoch, "LATEST", resolved, {"s": "t0"})
+    where = ["--app", store.app, "--table", store.table]
+    where += ["--endpoint-url", store.client.meta.endpoint_url]
+    exported = tmp_path / "positions.json"
+    cli("checkpoints", "export", *where, "-o", str(exported))
+    assert len(exported.read_text()) > 300_000
+    cli("checkpoints", "reset", *where, "--to-file", str(exported), "--yes")
+    snap = reread(store)
+    assert snap.meta.resolved is None and snap.shards == {}
+    assert json.loads(snap.meta.initial_spec) == json.loads(exported.read_text())
+    spec = parse_initial_position(snap.meta.initial_spec)
+    assert len(spec.shards) == 5000
+    # a start resolves it and stores the positions; the long spec stays readable
+    epoch = store.claim("o2", "h").epoch
+    store.save_initial(epoch, snap.meta.initial_spec, resolved, {"s": "t0"})
+    again = reread(store)
+    assert again.meta.resolved == resolved
+    assert json.loads(again.meta.initial_spec) == json.loads(exported.read_text())
+    # a later short reset drops the long spec's items
+    cli("checkpoints", "reset", *where, "--to", "LATEST", "--yes")
+    assert reread(store).meta.initial_spec == "LATEST" and sort_keys(store, "spec#") == set()
