@@ -168,7 +168,8 @@ class StartResolver:
             resolved = Offset({**resolved.shards, **snapshot.positions()})
         app.store.save_initial(epoch, spec_text, resolved, app.catalogue.stream_identities())
         app.resolved = resolved
-        log.info("application %s starts at %s (stored in table %s)", name, spec_text, table)
+        shown = spec_text if len(spec_text) <= 200 else f"{len(resolved.shards)} named shard(s)"
+        log.info("application %s starts at %s (stored in table %s)", name, shown, table)
         return resolved
 
     def _add_streams(self, streams: list[str]) -> dict[str, Position]:
@@ -197,7 +198,8 @@ class StartResolver:
         checkpoint predates them), or None: they enter the offset in a batch of their own
         (``plan_ranges`` reads nothing of them there). A stream new to the application starts
         at option 'initialPosition' (resolved once and stored); one it knew (re-created while a
-        query ran) starts at TRIM_HORIZON, as a new shard does."""
+        query ran), or any stream of an application without stored initial positions (rows
+        imported from KCL), starts at TRIM_HORIZON, as a new shard does."""
         app = self._app
         streams = app.catalogue.streams_entering(start)
         if not streams:
