@@ -15,16 +15,25 @@ pytestmark = pytest.mark.spark
 GAP = 12  # more empty pages than one probe follows
 
 
+def _one_shard_with(kinesis, make_stream, count):
+    """A one-shard stream holding ``count`` records; its producer and what it put."""
+    producer = Producer(kinesis, make_stream(1))
+    return producer, producer.put(count)
+
+
+def _through_gap(proxy, source_options, producer, initial):
+    """Query options through ``proxy``, which makes the producer's shard sparse."""
+    proxy.gap(producer.stream, producer.sent[0].shard_id, GAP)
+    return {**source_options, "streamName": producer.stream, "endpointUrl": proxy.url,
+            "initialPosition": initial}
+
+
 def test_trim_horizon_start_crosses_the_empty_pages_and_reads_everything(
     spark, kinesis, kinesis_backend, make_stream, source_options, tmp_path
 ):
-    stream = make_stream(1)
-    producer = Producer(kinesis, stream)
-    sent = producer.put(40)
+    producer, sent = _one_shard_with(kinesis, make_stream, 40)
     with FaultProxy(kinesis_backend) as proxy:
-        proxy.gap(stream, sent[0].shard_id, GAP)
-        options = {**source_options, "streamName": stream, "endpointUrl": proxy.url,
-                   "initialPosition": "TRIM_HORIZON"}
+        options = _through_gap(proxy, source_options, producer, "TRIM_HORIZON")
         with running(spark, options, tmp_path / "ck") as (query, sink):
             wait_for(lambda: sink.count() >= 40, timeout=120, what="the 40 records")
             assert query.isActive
@@ -37,13 +46,9 @@ def test_latest_behind_empty_pages_starts_after_the_newest_record(
 ):
     """LATEST is resolved by probing for the tip; a probe that gave up on the empty pages made
     LATEST a TRIM_HORIZON and re-read the 30 older records."""
-    stream = make_stream(1)
-    producer = Producer(kinesis, stream)
-    old = producer.put(30)
+    producer, _ = _one_shard_with(kinesis, make_stream, 30)  # older records, not to be read
     with FaultProxy(kinesis_backend) as proxy:
-        proxy.gap(stream, old[0].shard_id, GAP)
-        options = {**source_options, "streamName": stream, "endpointUrl": proxy.url,
-                   "initialPosition": "LATEST"}
+        options = _through_gap(proxy, source_options, producer, "LATEST")
         with running(spark, options, tmp_path / "ck") as (query, sink):
             wait_for(lambda: query.lastProgress is not None, timeout=120, what="the first trigger")
             new = producer.put(20)
