@@ -56,7 +56,7 @@ class KinesisDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> str:
-        """Fixed output schema (see records.py). Spark asks for it in ``load()``, so the
+        """Fixed output schema (see executor/arrow.py). Spark asks for it in ``load()``, so the
         options are validated here too: a bad option fails ``load()``, not the running query."""
         SourceOptions.parse(dict(self.options))
         return SCHEMA_DDL

@@ -1,5 +1,5 @@
 """Driver-side planning: initial and latest offsets, shard discovery, and the exact ranges of a
-batch. Where each shard's batch ends is found by the tail probe (``probe.py``)."""
+batch. Where each shard's batch ends is found by the tail probe (``driver/probe.py``)."""
 
 from __future__ import annotations
 

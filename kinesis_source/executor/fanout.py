@@ -3,7 +3,7 @@ lifecycle is the driver's: ``driver/consumers.py``).
 
 An EFO consumer gets its own 2 MB/s per shard, pushed over a subscription instead of polled with
 ``GetRecords``. :class:`SubscribeRangeReader` replays one exact :class:`ShardRange` that way and
-yields pages shaped exactly like :meth:`kinesis.RangeReader.pages` (same record dicts, same
+yields pages shaped exactly like the polling reader (``executor/polling.py``) (same record dicts, same
 order, same data-loss check), so the rest of the read path does not know which one ran.
 
 Retries follow the project's rule: botocore's standard retry mode handles throttling, 5xx and
