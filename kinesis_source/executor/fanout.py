@@ -3,12 +3,13 @@ lifecycle is the driver's: ``driver/consumers.py``).
 
 An EFO consumer gets its own 2 MB/s per shard, pushed over a subscription instead of polled with
 ``GetRecords``. :class:`SubscribeRangeReader` replays one exact :class:`ShardRange` that way and
-yields pages shaped exactly like the polling reader (``executor/polling.py``) (same record dicts, same
-order, same data-loss check), so the rest of the read path does not know which one ran.
+yields pages shaped exactly like the polling reader's (same record dicts, same order, same
+data-loss check: both follow ``cursor.py``), so the rest of the read path does not know which
+one ran.
 
 Retries follow the project's rule: botocore's standard retry mode handles throttling, 5xx and
-network errors of each call; tenacity handles only what botocore cannot: waiting for a consumer
-to become ACTIVE, and resubscribing after an error *inside* a subscription's event stream (an
+network errors of each call; tenacity handles only what botocore cannot: resubscribing after an
+error *inside* a subscription's event stream (an
 exception event, a connection dropped mid-stream) or a ``ResourceInUseException`` while an
 earlier subscription of the same consumer and shard lingers (Kinesis refuses a new one within
 5 seconds of the previous).
