@@ -139,7 +139,6 @@ class FencedWriter:
 
         return self.run(epoch, writes, written)
 
-
     def initial(
         self, epoch: int, spec: str, resolved: Offset, streams: Mapping[str, str]
     ) -> None:
@@ -180,7 +179,8 @@ class FencedWriter:
                 "TableName": self.table,
                 "Key": self.key(META_KEY),
                 "UpdateExpression": (
-                    "SET initialSpec = :s, streams = :st, initialId = :i REMOVE resolved"
+                    "SET initialSpec = :s, streams = :st, initialId = :i "
+                    "REMOVE resolved, initialSpecId"
                     if len(spec) <= MAX_INLINE_SPEC
                     # A long spec stays in its spec#NNNN items (or, given as an option, is not
                     # kept: the positions resolved from it are what a restart reads).
