@@ -15,6 +15,7 @@ integers through :func:`seq_key`.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -183,6 +184,11 @@ class Offset:
     """Positions of every tracked shard, keyed by ``<stream>/<shardId>``."""
 
     shards: Mapping[str, Position]
+
+    @functools.cached_property
+    def streams(self) -> frozenset[str]:
+        """The streams with at least one shard in the offset."""
+        return frozenset(split_shard_key(key)[0] for key in self.shards)
 
     def to_dict(self) -> dict[str, Any]:
         """The dict handed to Spark: keys sorted, so equal offsets serialize identically."""

@@ -190,10 +190,10 @@ class Planner:
 
     def streams_entering(self, start: Offset) -> list[str]:
         """The query's streams that have shards (listing now if none was made yet) but none
-        in ``start``: streams added to a query that already ran."""
-        listing = self._run(self._listing())
-        in_start = {split_shard_key(key)[0] for key in start.shards}
-        return [s for s in self._opts.stream_names if listing.get(s) and s not in in_start]
+        in ``start``: streams added to a query that already ran. Asked on every
+        ``latestOffset``, so the last listing serves (the probe refreshes it)."""
+        listing = self._shards or self._run(self._listing())
+        return [s for s in self._opts.stream_names if listing.get(s) and s not in start.streams]
 
     def listed(self) -> Mapping[str, list[ShardInfo]]:
         """The shard listing as last fetched (no call; empty before the first listing)."""
@@ -347,7 +347,6 @@ def plan_ranges(start: Offset, end: Offset) -> list[ShardRange]:
     entering the offset at its start positions (a stream added to the query): nothing of it
     is read in that batch.
     """
-    in_start = {split_shard_key(key)[0] for key in start.shards}
     ranges = []
     for key in sorted(end.shards):
         to = end.shards[key]
@@ -355,7 +354,7 @@ def plan_ranges(start: Offset, end: Offset) -> list[ShardRange]:
         if to.kind != AFTER or to == frm:
             continue
         stream, shard_id = split_shard_key(key)
-        if stream not in in_start:
+        if stream not in start.streams:
             continue
         assert to.seq is not None
         ranges.append(ShardRange(stream, shard_id, frm, to.seq))

@@ -47,9 +47,10 @@ MAX_TIP_PAGES = 10
 # Iterators live 5 minutes; a cached one older than this is not reused.
 ITERATOR_TTL_S = 240.0
 # Where a probe must find an answer (LATEST, a Trigger.AvailableNow target), probes of shards
-# that crossed only empty pages are repeated, this far apart (each makes at most
-# MAX_EMPTY_HOPS + 1 calls, so a shard's 5 GetRecords/s are not exceeded), up to this long.
-SETTLE_PAUSE_S = 1.0
+# that crossed only empty pages are repeated, this far apart: each makes at most
+# MAX_EMPTY_HOPS + 1 calls, so a settling shard costs at most 2 GetRecords/s of the 5 per shard
+# that every application reading it shares. Up to SETTLE_TIMEOUT_S.
+SETTLE_PAUSE_S = (MAX_EMPTY_HOPS + 1) / 2
 SETTLE_TIMEOUT_S = 120.0
 
 
@@ -214,6 +215,7 @@ class TailProber:
         starts: dict[tuple[str, str], Position],
         caps: dict[tuple[str, str], str] | None = None,
         timeout_s: float = SETTLE_TIMEOUT_S,
+        pause_s: float = SETTLE_PAUSE_S,
     ) -> dict[tuple[str, str], ProbeResult]:
         """:meth:`probe_all`, repeated for the shards whose probe crossed only empty pages
         (each time on from where the last stopped) until every shard's tip, or that it has
@@ -224,7 +226,7 @@ class TailProber:
             pending = {key: starts[key] for key, r in results.items() if r.pending}
             if not pending or time.monotonic() >= deadline:
                 return results
-            await asyncio.sleep(SETTLE_PAUSE_S)
+            await asyncio.sleep(pause_s)
             results.update(await self.probe_all(pending, caps))
 
 

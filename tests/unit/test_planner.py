@@ -247,7 +247,7 @@ def test_settle_all_finds_the_tip_behind_empty_pages_in_one_call():
     recs = log_of(20)
     fake, kinesis, prober = prober_for({"a": FakeShard(recs, gaps={0: 12}), "b": FakeShard(recs)})
     starts = {("s", "a"): Position.trim_horizon(), ("s", "b"): Position.trim_horizon()}
-    results = asyncio.run(prober.settle_all(starts))
+    results = asyncio.run(prober.settle_all(starts, pause_s=0))
     assert {k: r.tip for k, r in results.items()} == {k: recs[-1][0] for k in starts}
 
 
