@@ -22,6 +22,7 @@ Listens on 127.0.0.1 only; the random choices are seeded, so a run is repeatable
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import random
@@ -38,6 +39,11 @@ DROPPED = "dropped"  # ``Seen.injected`` of a request dropped while ``down``
 NOT_FOUND = "ResourceNotFoundException"
 
 
+def _error(code: str, message: str) -> bytes:
+    """An AWS JSON error body."""
+    return json.dumps({"__type": code, "message": message}).encode()
+
+
 @dataclass(frozen=True)
 class Seen:
     """One request, and what the proxy did with it."""
@@ -45,6 +51,9 @@ class Seen:
     operation: str
     access_key: str | None
     injected: str | None = None  # the error answered instead of forwarding, if any
+    shard: tuple[str, str] | None = None  # (stream, shard id) a data-plane call was about
+    client: str | None = None  # "async" (aiobotocore: the driver) or "sync" (boto3)
+    at: float = 0.0  # time.monotonic() when it came in
 
 
 class FaultProxy:
@@ -108,6 +117,41 @@ class FaultProxy:
         """How many answers were that injected error."""
         return sum(1 for s in self.operations() if s.injected == code)
 
+    # -- the hooks a request goes through (a subclass extends them) ------------------------
+
+    def _record(self, call: Seen) -> None:
+        with self._lock:
+            self.seen.append(call)
+
+    def _describe(self, call: Seen, body: bytes) -> Seen:
+        """The call with what a subclass learns from its body."""
+        return call
+
+    def _intercept(self, call: Seen, body: bytes) -> tuple[int, bytes] | None:
+        """Answer the request here instead of forwarding it (status, body), or ``None``.
+        Records the call."""
+        op = call.operation
+        decision = self._decide(op)
+        if decision is not None:
+            self._record(dataclasses.replace(call, injected=decision[1]))
+            status, code = decision
+            return status, _error(code, f"injected by the test proxy: {code}")
+        missing = self._missing_shard(op, body)
+        if missing is not None:
+            self._record(dataclasses.replace(call, injected=NOT_FOUND))
+            return 400, missing
+        self._record(call)
+        return self._gap_page(op, body)
+
+    def _outgoing(self, op: str, body: bytes) -> bytes:
+        """The request body forwarded to the server."""
+        return self._rewrite(op, self._unwrap_gap(op, body))
+
+    def _transform(self, call: Seen, body: bytes, status: int, data: bytes) -> bytes:
+        """The server's answer as the client gets it."""
+        op = call.operation
+        return self._unlist(op, body, status, self._wrap_gap(op, body, status, data))
+
     # -- serving -------------------------------------------------------------------------
 
     def _decide(self, op: str) -> tuple[int, str] | None:
@@ -138,8 +182,7 @@ class FaultProxy:
         stream, shard = req.get("StreamName"), req.get("ShardId")
         if (stream, shard) not in self._expired:
             return None
-        message = f"Shard {shard} in stream {stream} under account 123456789012 does not exist"
-        return json.dumps({"__type": NOT_FOUND, "message": message}).encode()
+        return _error(NOT_FOUND, f"Shard {shard} in stream {stream} under account 123456789012 does not exist")
 
     def _unlist(self, op: str, body: bytes, status: int, data: bytes) -> bytes:
         if op != "ListShards" or status != 200 or not self._expired:
@@ -165,7 +208,7 @@ class FaultProxy:
         resp["ShardIterator"] = f"gap|{pages}|{resp['ShardIterator']}"
         return json.dumps(resp).encode()
 
-    def _gap_page(self, op: str, body: bytes) -> bytes | None:
+    def _gap_page(self, op: str, body: bytes) -> tuple[int, bytes] | None:
         if op != "GetRecords" or not body.startswith(b'{') or b'"gap|' not in body:
             return None
         req = json.loads(body)
@@ -175,7 +218,7 @@ class FaultProxy:
         with self._lock:
             self.gap_pages_served += 1
         nxt = f"gap|{int(left) - 1}|{inner}"
-        return json.dumps(
+        return 200, json.dumps(
             {"Records": [], "NextShardIterator": nxt, "MillisBehindLatest": 86_400_000}
         ).encode()
 
@@ -191,6 +234,7 @@ class FaultProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as separate writes
 
             def log_message(self, *args):  # keep test output clean
                 pass
@@ -209,38 +253,28 @@ class FaultProxy:
                 body = self.rfile.read(length) if length else b""
                 op = self.headers.get("X-Amz-Target", "").rpartition(".")[2] or self.command
                 key = _KEY_RE.search(self.headers.get("Authorization", ""))
+                agent = self.headers.get("User-Agent", "")
+                call = Seen(
+                    op, key and key.group(1), client="async" if "aiobotocore" in agent else "sync", at=time.monotonic()
+                )
                 if proxy.down:
-                    with proxy._lock:
-                        proxy.seen.append(Seen(op, key and key.group(1), DROPPED))
+                    proxy._record(dataclasses.replace(call, injected=DROPPED))
                     self.close_connection = True
                     return
                 if proxy.latency:
                     time.sleep(proxy.latency)
-                decision = proxy._decide(op)
-                with proxy._lock:
-                    proxy.seen.append(Seen(op, key and key.group(1), decision and decision[1]))
-                if decision is not None:
-                    status, code = decision
-                    error = json.dumps({"__type": code, "message": f"injected by the test proxy: {code}"})
-                    self._reply(status, error.encode(), [("Content-Type", "application/x-amz-json-1.1")])
+                call = proxy._describe(call, body)
+                answer = proxy._intercept(call, body)
+                if answer is not None:
+                    status, data = answer
+                    self._reply(status, data, [("Content-Type", "application/x-amz-json-1.1")])
                     return
-                missing = proxy._missing_shard(op, body)
-                if missing is not None:
-                    with proxy._lock:
-                        proxy.seen.append(Seen(op, key and key.group(1), NOT_FOUND))
-                    self._reply(400, missing, [("Content-Type", "application/x-amz-json-1.1")])
-                    return
-                gap = proxy._gap_page(op, body)
-                if gap is not None:
-                    self._reply(200, gap, [("Content-Type", "application/x-amz-json-1.1")])
-                    return
-                body = proxy._unwrap_gap(op, body)
                 conn = http.client.HTTPConnection(proxy._host, proxy._port, timeout=60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 headers["Host"] = f"{proxy._host}:{proxy._port}"
-                conn.request(self.command, self.path, body=proxy._rewrite(op, body), headers=headers)
+                conn.request(self.command, self.path, body=proxy._outgoing(op, body), headers=headers)
                 resp = conn.getresponse()
-                data = proxy._unlist(op, body, resp.status, proxy._wrap_gap(op, body, resp.status, resp.read()))
+                data = proxy._transform(call, body, resp.status, resp.read())
                 conn.close()
                 self._reply(resp.status, data, resp.getheaders())
 

@@ -1,0 +1,288 @@
+"""A Kinesis test server that enforces real Kinesis' quotas, and counts every call per shard.
+
+``QuotaProxy`` is a :class:`~tests.support.proxy.FaultProxy` (every fault rule still works) in
+front of moto server or kinesis-local, which enforce no quota. It answers as AWS does once a
+budget is spent:
+
+- ``GetRecords``: at most 5 calls in any 1-second window per shard, all callers together, and
+  2 MiB/s of data per shard from a 10 MiB bucket: a response may overdraw the bucket, and calls
+  are refused while it is empty (so after a 10 MiB response, calls in the next 5 s are
+  refused) -> ``ProvisionedThroughputExceededException``;
+- ``GetShardIterator``: 5 calls per second per shard -> ``ProvisionedThroughputExceededException``;
+- control-plane calls, per stream or per account as AWS counts them -> ``LimitExceededException``.
+
+(``SubscribeToShard``'s 5-second rule lives in :mod:`tests.support.efo_server`, which serves
+the subscriptions.)
+
+A refused call does not spend the budget. The proxy learns which shard each iterator belongs to
+from the answers it forwards, so every ``GetRecords`` is counted against its shard; callers are
+told apart by access key id (one per application) and by client kind (``async``: aiobotocore,
+the source's driver; ``sync``: boto3, its executors and most tools).
+
+:class:`Feeder` writes records to chosen shards at a steady rate, so a stream has records
+arriving over time as a producer's would.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.support.proxy import THROTTLED, FaultProxy, Seen, _error
+
+LIMIT_EXCEEDED = "LimitExceededException"
+MIB = 1024 * 1024
+WINDOW_S = 1.0
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """The budgets enforced (AWS' values by default)."""
+
+    get_records_calls: int = 5  # per shard per second, every caller together
+    get_records_bytes_per_s: int = 2 * MIB  # per shard
+    get_records_burst_bytes: int = 10 * MIB  # the bucket a response may overdraw
+    get_shard_iterator_calls: int = 5  # per shard per second
+    # Control plane: (calls per second, counted per "stream" or per "account").
+    control: tuple[tuple[str, int, str], ...] = (
+        ("ListShards", 1000, "stream"),
+        ("DescribeStreamSummary", 20, "account"),
+        ("DescribeStream", 10, "account"),
+        ("ListStreams", 5, "account"),
+        ("RegisterStreamConsumer", 5, "account"),
+        ("DescribeStreamConsumer", 20, "stream"),
+        ("ListStreamConsumers", 5, "stream"),
+        ("DeregisterStreamConsumer", 5, "account"),
+    )
+
+
+def _stream_of(req: dict[str, Any]) -> str | None:
+    if req.get("StreamName"):
+        return req["StreamName"]
+    arn = req.get("StreamARN") or req.get("ConsumerARN") or ""
+    # arn:aws:kinesis:<region>:<account>:stream/<name>[/consumer/...]
+    _, _, rest = arn.partition(":stream/")
+    return rest.split("/", 1)[0] or None
+
+
+def _request(body: bytes) -> dict[str, Any]:
+    try:
+        return json.loads(body) if body.startswith(b"{") else {}
+    except ValueError:
+        return {}
+
+
+def _data_bytes(resp: dict[str, Any]) -> int:
+    """What a GetRecords answer costs the shard's byte budget: data and partition keys."""
+    total = 0
+    for rec in resp.get("Records", []):
+        data = rec.get("Data", "")
+        total += len(base64.b64decode(data)) if isinstance(data, str) else len(data)
+        total += len(rec.get("PartitionKey", "").encode())
+    return total
+
+
+class _Bucket:
+    """A shard's read bytes: refills at ``rate`` up to ``depth``; a response may overdraw it."""
+
+    def __init__(self, rate: float, depth: float, now: float) -> None:
+        self.rate, self.depth = rate, depth
+        self.tokens, self.at = depth, now
+
+    def level(self, now: float) -> float:
+        self.tokens = min(self.depth, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        return self.tokens
+
+
+class QuotaProxy(FaultProxy):
+    """``with QuotaProxy(backend_url) as q: q.url``; see the module docstring."""
+
+    def __init__(self, target_url: str, quotas: Quotas | None = None, seed: int = 7) -> None:
+        super().__init__(target_url, seed=seed)
+        self.quotas = quotas or Quotas()
+        self._windows: dict[tuple, deque[float]] = defaultdict(deque)
+        self._buckets: dict[tuple[str, str], _Bucket] = {}
+        self._iterators: dict[str, tuple[str, str]] = {}  # client-visible iterator -> shard
+        self.bytes_read: dict[tuple[str, str], int] = defaultdict(int)
+        self._control = {op: (limit, per) for op, limit, per in self.quotas.control}
+
+    # -- budgets -------------------------------------------------------------------------
+
+    def _admit(self, key: tuple, limit: int, now: float) -> bool:
+        """Spend one call of the window ``key`` unless ``limit`` calls were made in the last second."""
+        window = self._windows[key]
+        while window and window[0] <= now - WINDOW_S:
+            window.popleft()
+        if len(window) >= limit:
+            return False
+        window.append(now)
+        return True
+
+    def _bucket(self, shard: tuple[str, str], now: float) -> _Bucket:
+        if shard not in self._buckets:
+            q = self.quotas
+            self._buckets[shard] = _Bucket(q.get_records_bytes_per_s, q.get_records_burst_bytes, now)
+        return self._buckets[shard]
+
+    def _refusal(self, call: Seen, req: dict[str, Any]) -> str | None:
+        """The error code that refuses this call, or ``None`` (the call then spends its budget)."""
+        op, shard, now, q = call.operation, call.shard, call.at, self.quotas
+        with self._lock:
+            if op == "GetRecords" and shard is not None:
+                if self._bucket(shard, now).level(now) <= 0:
+                    return THROTTLED
+                return None if self._admit(("GetRecords", shard), q.get_records_calls, now) else THROTTLED
+            if op == "GetShardIterator" and shard is not None:
+                return None if self._admit((op, shard), q.get_shard_iterator_calls, now) else THROTTLED
+            if op in self._control:
+                limit, per = self._control[op]
+                scope = _stream_of(req) if per == "stream" else "account"
+                return None if self._admit((op, scope), limit, now) else LIMIT_EXCEEDED
+        return None
+
+    # -- the proxy's hooks ---------------------------------------------------------------
+
+    def _shard_of(self, op: str, req: dict[str, Any]) -> tuple[str, str] | None:
+        if op == "GetShardIterator":
+            stream = _stream_of(req)
+            return (stream, req["ShardId"]) if stream and req.get("ShardId") else None
+        if op == "GetRecords":
+            with self._lock:
+                return self._iterators.get(req.get("ShardIterator", ""))
+        return None
+
+    def _describe(self, call: Seen, body: bytes) -> Seen:
+        return dataclasses.replace(call, shard=self._shard_of(call.operation, _request(body)))
+
+    def _intercept(self, call: Seen, body: bytes) -> tuple[int, bytes] | None:
+        refused = self._refusal(call, _request(body))
+        if refused is not None:
+            self._record(dataclasses.replace(call, injected=refused))
+            where = f" for shard {call.shard[1]} in stream {call.shard[0]}" if call.shard else ""
+            return 400, _error(refused, f"Rate exceeded{where} (the test's quota server)")
+        return super()._intercept(call, body)
+
+    def _transform(self, call: Seen, body: bytes, status: int, data: bytes) -> bytes:
+        data = super()._transform(call, body, status, data)
+        if status != 200 or call.shard is None:
+            return data
+        resp = json.loads(data)
+        with self._lock:
+            if call.operation == "GetShardIterator" and resp.get("ShardIterator"):
+                self._iterators[resp["ShardIterator"]] = call.shard
+            elif call.operation == "GetRecords":
+                if resp.get("NextShardIterator"):
+                    self._iterators[resp["NextShardIterator"]] = call.shard
+                spent = _data_bytes(resp)
+                self.bytes_read[call.shard] += spent
+                bucket = self._bucket(call.shard, time.monotonic())
+                bucket.level(time.monotonic())
+                bucket.tokens -= spent
+        return data
+
+    def _gap_page(self, op: str, body: bytes) -> tuple[int, bytes] | None:
+        answer = super()._gap_page(op, body)
+        if answer is not None:  # an answer made here: learn its iterator as _transform would
+            nxt = json.loads(answer[1])["NextShardIterator"]
+            with self._lock:
+                shard = self._iterators.get(json.loads(body).get("ShardIterator", ""))
+                if shard is not None:
+                    self._iterators[nxt] = shard
+        return answer
+
+    # -- what happened -------------------------------------------------------------------
+
+    def calls(
+        self,
+        op: str | None = None,
+        *,
+        where: Callable[[Seen], bool] | None = None,
+        refused: bool | None = None,
+    ) -> list[Seen]:
+        """The calls (of ``op``; matching ``where``; refused by a quota or not) so far."""
+        out = []
+        for s in self.operations():
+            if op is not None and s.operation != op:
+                continue
+            if refused is not None and (s.injected in (THROTTLED, LIMIT_EXCEEDED)) != refused:
+                continue
+            if where is not None and not where(s):
+                continue
+            out.append(s)
+        return out
+
+    def refused(self, where: Callable[[Seen], bool] | None = None) -> int:
+        """How many calls a quota refused."""
+        return len(self.calls(where=where, refused=True))
+
+    def peak_rate(
+        self,
+        op: str,
+        window_s: float = 10.0,
+        where: Callable[[Seen], bool] | None = None,
+        since: float | None = None,
+    ) -> float:
+        """The most calls of ``op`` any one shard got in a ``window_s`` window, per second
+        (refused calls included: they also cost the callers' neighbours)."""
+        per_shard: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for s in self.calls(op, where=where):
+            if s.shard is not None and (since is None or s.at >= since):
+                per_shard[s.shard].append(s.at)
+        return max((_densest(times, window_s) for times in per_shard.values()), default=0) / window_s
+
+
+def _densest(times: list[float], window_s: float) -> int:
+    """The most of ``times`` inside any half-open window of that length."""
+    times = sorted(times)
+    best, lo = 0, 0
+    for hi, t in enumerate(times):
+        while times[lo] <= t - window_s:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
+class Feeder:
+    """Writes ``per_shard_rate`` records a second to each of ``shards`` (ids) of ``stream``,
+    straight to the backend, until stopped; ``sent`` holds ``(shard id, seq, data)``."""
+
+    def __init__(self, client: Any, stream: str, shards: Iterable[str], per_shard_rate: float, size: int = 100):
+        listed = client.list_shards(StreamName=stream)["Shards"]
+        starts = {s["ShardId"]: s["HashKeyRange"]["StartingHashKey"] for s in listed}
+        self._targets = [(shard, starts[shard]) for shard in shards]
+        self._client, self._stream = client, stream
+        self._rate, self._size = per_shard_rate, size
+        self.sent: list[tuple[str, str, bytes]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        started, n = time.monotonic(), 0
+        while not self._stop.is_set():
+            n += 1
+            records = [
+                {"Data": f"f-{shard}-{n}".ljust(self._size, ".").encode(), "PartitionKey": "k", "ExplicitHashKey": key}
+                for shard, key in self._targets
+            ]
+            resp = self._client.put_records(StreamName=self._stream, Records=records)
+            for rec, res in zip(records, resp["Records"], strict=True):
+                if "SequenceNumber" in res:
+                    self.sent.append((res["ShardId"], res["SequenceNumber"], rec["Data"]))
+            # pacing to the rate, not waiting for a condition
+            self._stop.wait(max(0.0, started + n / self._rate - time.monotonic()))
+
+    def __enter__(self) -> Feeder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
