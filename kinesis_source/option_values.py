@@ -32,6 +32,22 @@ def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def float_in(lo: float, hi: float) -> Callable[[str], float]:
+    """A number in ``(lo, hi]``."""
+    rule = f"a number greater than {lo:g} and at most {hi:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise ValueError(f"must be {rule}") from None
+        if not lo < value <= hi:
+            raise ValueError(f"must be {rule}")
+        return value
+
+    return parse
+
+
 def parse_non_empty(text: str) -> str:
     if not text.strip():
         raise ValueError("must not be empty")

@@ -16,6 +16,7 @@ from typing import Any
 from kinesis_source.errors import OptionError
 from kinesis_source.option_values import (
     InitialPosition,
+    float_in,
     int_in,
     one_of,
     parse_app_name,
@@ -116,9 +117,39 @@ class SourceOptions:
         "minProbeIntervalMs",
         "int",
         1000,
-        "Least time between two tail probes of the stream when Spark polls for new data; "
-        "an idle query makes at most one probe per interval.",
+        "Least time between two tail probes of one shard that has new records (the driver "
+        "probes in the background; batches take the newest tips found). Lower means fresher "
+        "batch ends, within `getRecordsPerShardPerSecond`.",
         int_in(0),
+    )
+    max_idle_probe_interval_ms: int = _option(
+        "maxIdleProbeIntervalMs",
+        "int",
+        10000,
+        "Longest time between two probes of a shard where nothing arrives: the interval doubles "
+        "from `minProbeIntervalMs` up to this while the shard stays idle (6 `GetRecords` a "
+        "minute per idle shard by default), and is back to the minimum once records arrive. "
+        "Bounds how late the first record after a quiet spell is seen.",
+        int_in(0),
+    )
+    get_records_per_shard_per_second: float = _option(
+        "getRecordsPerShardPerSecond",
+        "float",
+        2.0,
+        "Most `GetRecords` calls this query makes per shard and second, driver probes and "
+        "executor reads together (Kinesis allows 5, shared by every application reading the "
+        "shard: the default leaves 3 to the others). Half of it is kept for executor reads. "
+        "See docs/operations.md for the arithmetic.",
+        float_in(0, 5),
+    )
+    get_shard_iterator_per_shard_per_second: float = _option(
+        "getShardIteratorPerShardPerSecond",
+        "float",
+        1.0,
+        "Most `GetShardIterator` calls this query makes per shard and second, driver and "
+        "executors together (Kinesis allows 5 per shard). In steady state executors read on "
+        "with the iterator the driver's probe left at the batch start and make none.",
+        float_in(0, 5),
     )
     shard_discovery_interval_ms: int = _option(
         "shardDiscoveryIntervalMs",

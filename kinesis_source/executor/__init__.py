@@ -28,7 +28,10 @@ def read_partition(partition: RangePartition) -> Iterator[pa.RecordBatch]:
     if partition.consumer_arn is not None:
         reader = SubscribeRangeReader(client, partition.consumer_arn, rng, partition.fail_on_data_loss)
     else:
-        reader = RangeReader(client, rng, partition.page_limit, partition.fail_on_data_loss)
+        reader = RangeReader(
+            client, rng, partition.page_limit, partition.fail_on_data_loss, partition.opener,
+            partition.page_interval_s,
+        )
     for records in reader.pages():
         users = user_records(records, rng, partition.on_corrupt, partition.hash_range)
         if users:

@@ -24,6 +24,10 @@ class RangePartition(InputPartition):
     consumer_arn: str | None = None  # set: read by enhanced fan-out subscription
     # the shard's hash keys: user records of KPL aggregates outside are dropped (None: keep all)
     hash_range: tuple[int, int] | None = None
+    # (iterator, first sequence number): an iterator the driver's probe read from at the
+    # range's start, and the record it found first there; used if that record comes first again
+    opener: tuple[str, str] | None = None
+    page_interval_s: float = 0.0  # least time between two GetRecords of this shard (the budget)
 
     @staticmethod
     def of(
@@ -32,6 +36,7 @@ class RangePartition(InputPartition):
         opts: SourceOptions,
         consumer_arn: str | None = None,
         hash_range: tuple[int, int] | None = None,
+        opener: tuple[str, str] | None = None,
     ) -> RangePartition:
         """The partition of ``rng`` under the query's options."""
         return RangePartition(
@@ -42,6 +47,9 @@ class RangePartition(InputPartition):
             opts.fail_on_data_loss,
             consumer_arn,
             hash_range,
+            opener,
+            # executors get half of the shard's GetRecords budget (the driver's probes the rest)
+            2.0 / opts.get_records_per_shard_per_second,
         )
 
     def __repr__(self) -> str:

@@ -1,9 +1,17 @@
 """Replaying one exact range by polling: ``GetShardIterator`` + ``GetRecords`` pages.
+
+A range usually starts where the driver's last probe of the shard read: the partition then
+carries that iterator and the record found first after the start, and the read costs no
+``GetShardIterator``. The hand-over is trusted only when that same record comes first again;
+otherwise (the iterator expired, the records were trimmed meanwhile) the page is dropped and
+the range opens as usual, with the check of the record before the start. Pages after the
+first are spaced by the partition's share of the shard's call budget.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -30,21 +38,62 @@ class RangeReader(RangeReaderBase):
     """Replays one exact :class:`ShardRange` with a synchronous client, page by page."""
 
     def __init__(
-        self, client: Any, rng: ShardRange, limit: int, fail_on_data_loss: bool = True
+        self,
+        client: Any,
+        rng: ShardRange,
+        limit: int,
+        fail_on_data_loss: bool = True,
+        opener: tuple[str, str] | None = None,
+        page_interval_s: float = 0.0,
     ) -> None:
         super().__init__(rng, fail_on_data_loss)
         self._client = client
         self._limit = limit
         self._iterator: str | None = None
+        self._opener = opener
+        self._interval = page_interval_s
+        self._last_call: float | None = None
         self.calls = 0
         self.expiries = 0
+        self.handed_over = False  # the driver's iterator served the first page
+
+    def _handed_over_page(self) -> Page | None:
+        """The first page from the driver's iterator, if it starts with the expected record."""
+        assert self._opener is not None
+        iterator, first = self._opener
+        self._opener = None
+        try:
+            self._pace()
+            self.calls += 1
+            page = Page.from_api(self._client.get_records(ShardIterator=iterator, Limit=self._limit))
+        except ClientError as exc:
+            if not is_expired(exc) and error_code(exc) != INVALID_ARGUMENT:
+                raise
+            return None
+        if not page.records or page.records[0]["SequenceNumber"] != first:
+            log.info("the driver's iterator for %s did not start at %s; opening anew", self._range, first)
+            return None
+        self.handed_over = True
+        return page
+
+    def _pace(self) -> None:
+        if self._last_call is not None:
+            wait = self._last_call + self._interval - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)  # pacing to the shard's call budget, not waiting on a condition
+        self._last_call = time.monotonic()
 
     def _fetch(self) -> Page:
+        if self._opener is not None:
+            page = self._handed_over_page()
+            if page is not None:
+                return page
         for attempt in Retrying(**expiry_retry()):
             with attempt:
                 if self._iterator is None:
                     self._iterator = self._new_iterator()
                 try:
+                    self._pace()
                     self.calls += 1
                     resp = self._client.get_records(
                         ShardIterator=self._iterator, Limit=self._limit

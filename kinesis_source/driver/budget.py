@@ -1,0 +1,156 @@
+"""The source's per-shard call budget, driver and executors together.
+
+Kinesis gives each shard 5 ``GetRecords`` and 5 ``GetShardIterator`` calls a second, shared by
+every application that reads it. This source keeps to a smaller budget (by default 2 and 1) so
+that the rest stays free for the others. The driver keeps the ledger: its own calls are paced by
+it as they are made (:class:`PacedKinesis`), and each executor read is charged when its batch is
+planned (the executor paces its further pages itself, see ``executor/polling.py``).
+
+A budget of ``r`` calls a second is kept as "at most ``n`` calls in any ``n / r`` seconds"
+(``n`` = ``ceil(r)``), so every longer window also holds at most ``r`` calls a second, which is
+how Kinesis and the acceptance figures count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import OrderedDict, defaultdict, deque
+from collections.abc import Hashable
+
+from kinesis_source.aws.kinesis import AsyncKinesis, Page
+from kinesis_source.positions import Position
+
+GET_RECORDS = "GetRecords"
+GET_SHARD_ITERATOR = "GetShardIterator"
+# Iterators remembered per shard, to know which shard a GetRecords call spends: the newest few
+# are all a reader still holds.
+_ITERATORS_PER_SHARD = 16
+
+
+class _Window:
+    """At most ``n`` events in any ``span`` seconds."""
+
+    def __init__(self, rate: float) -> None:
+        self.n = max(1, math.ceil(rate))
+        self.span = self.n / rate
+        self.times: deque[float] = deque()
+
+    def _trim(self, now: float) -> None:
+        while self.times and self.times[0] <= now - self.span:
+            self.times.popleft()
+
+    def room(self, now: float) -> int:
+        self._trim(now)
+        return self.n - len(self.times)
+
+    def free_at(self, now: float, keep: int) -> float:
+        """When ``keep + 1`` events fit (``now`` if they do already); ``keep`` < ``n``."""
+        self._trim(now)
+        over = len(self.times) + keep + 1 - self.n
+        if over <= 0:
+            return now
+        return self.times[over - 1] + self.span
+
+
+class CallBudget:
+    """Calls per second per shard for each operation, and the calls spent within them.
+
+    ``reserve``: calls of each window the driver's own calls leave to executor reads.
+    """
+
+    def __init__(self, rates: dict[str, float]) -> None:
+        self.rates = dict(rates)
+        self._windows: dict[tuple[Hashable, str], _Window] = {}
+        self.spent: dict[str, int] = defaultdict(int)
+
+    def _window(self, key: Hashable, op: str) -> _Window:
+        w = self._windows.get((key, op))
+        if w is None:
+            w = self._windows[(key, op)] = _Window(self.rates[op])
+        return w
+
+    def reserve(self, op: str) -> int:
+        """Calls of a window kept for executor reads: half, so probes and reads alternate."""
+        return self._window_size(op) // 2
+
+    def _window_size(self, op: str) -> int:
+        return max(1, math.ceil(self.rates[op]))
+
+    def room(self, key: Hashable, op: str, now: float | None = None) -> int:
+        """Calls of ``op`` on shard ``key`` that fit now."""
+        return self._window(key, op).room(time.monotonic() if now is None else now)
+
+    def free_at(self, key: Hashable, op: str, keep: int = 0, now: float | None = None) -> float:
+        """When a call of ``op`` fits on ``key`` while leaving ``keep`` calls of the window."""
+        return self._window(key, op).free_at(time.monotonic() if now is None else now, keep)
+
+    def spend(self, key: Hashable, op: str, n: int = 1, now: float | None = None) -> None:
+        """Record ``n`` calls (made now, or about to be)."""
+        at = time.monotonic() if now is None else now
+        window = self._window(key, op)
+        for _ in range(n):
+            window.times.append(at)
+        self.spent[op] += n
+
+    def forget(self, key: Hashable) -> None:
+        """Drop a shard's windows (it left the query)."""
+        for op in self.rates:
+            self._windows.pop((key, op), None)
+
+
+class PacedKinesis(AsyncKinesis):
+    """The driver's Kinesis calls, each waiting for its shard's budget and leaving the executor
+    reserve free. Knows which shard an iterator reads from the answers that handed it out."""
+
+    def __init__(self, client, budget: CallBudget) -> None:
+        super().__init__(client)
+        self.budget = budget
+        self._shard_of: dict[str, Hashable] = {}
+        self._recent: dict[Hashable, OrderedDict[str, None]] = defaultdict(OrderedDict)
+        self.waited_s = 0.0
+
+    def _remember(self, iterator: str | None, key: Hashable) -> None:
+        if iterator is None:
+            return
+        recent = self._recent[key]
+        recent[iterator] = None
+        self._shard_of[iterator] = key
+        while len(recent) > _ITERATORS_PER_SHARD:
+            old, _ = recent.popitem(last=False)
+            self._shard_of.pop(old, None)
+
+    async def _pace(self, key: Hashable | None, op: str) -> None:
+        if key is None:
+            return
+        keep = self.budget.reserve(op)
+        while True:  # several probes of one shard may wait for the same window
+            now = time.monotonic()
+            at = self.budget.free_at(key, op, keep, now)
+            if at <= now:
+                self.budget.spend(key, op, 1, now)
+                return
+            self.waited_s += at - now
+            await asyncio.sleep(at - now)  # pacing to the budget, not waiting on a condition
+
+    async def iterator(self, stream: str, shard_id: str, position: Position) -> str:
+        key = (stream, shard_id)
+        await self._pace(key, GET_SHARD_ITERATOR)
+        it = await super().iterator(stream, shard_id, position)
+        self._remember(it, key)
+        return it
+
+    async def page(self, iterator: str, limit: int) -> Page:
+        key = self._shard_of.get(iterator)
+        await self._pace(key, GET_RECORDS)
+        page = await super().page(iterator, limit)
+        if key is not None:
+            self._remember(page.next_iterator, key)
+        return page
+
+    def forget(self, key: Hashable) -> None:
+        """Drop what is kept for a shard that left the query."""
+        for it in self._recent.pop(key, {}):
+            self._shard_of.pop(it, None)
+        self.budget.forget(key)

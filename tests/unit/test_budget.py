@@ -1,0 +1,67 @@
+"""The per-shard call budget's windows and the driver's paced calls."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kinesis_source.aws.kinesis import AsyncKinesis
+from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, CallBudget, PacedKinesis
+from kinesis_source.positions import Position
+from tests.unit.fake_kinesis import AsyncFake, FakeKinesis, FakeShard, log_of
+
+
+def test_a_rate_holds_in_every_window_longer_than_a_second():
+    """2/s is kept as 2 calls in any second, so 10 s hold at most 20 whatever the timing."""
+    budget = CallBudget({GET_RECORDS: 2.0})
+    made = []
+    t = 0.0
+    while t < 10.0:
+        if budget.room("a", GET_RECORDS, t) > 0:
+            budget.spend("a", GET_RECORDS, 1, t)
+            made.append(t)
+        t += 0.01
+    assert len(made) == 20
+    assert all(sum(1 for m in made if s <= m < s + 1.0) <= 2 for s in made)
+
+
+def test_a_fractional_rate_spreads_single_calls():
+    budget = CallBudget({GET_SHARD_ITERATOR: 0.5})
+    budget.spend("a", GET_SHARD_ITERATOR, 1, 100.0)
+    assert budget.free_at("a", GET_SHARD_ITERATOR, 0, 100.5) == 102.0
+    assert budget.room("a", GET_SHARD_ITERATOR, 101.9) == 0
+    assert budget.room("a", GET_SHARD_ITERATOR, 102.0) == 1
+
+
+def test_shards_have_their_own_windows_and_the_driver_leaves_the_reserve():
+    budget = CallBudget({GET_RECORDS: 2.0})
+    budget.spend("a", GET_RECORDS, 1, 0.0)
+    assert budget.room("b", GET_RECORDS, 0.0) == 2
+    # with one call in the window, a driver call (keeping 1 for an executor read) waits for it
+    assert budget.reserve(GET_RECORDS) == 1
+    assert budget.free_at("a", GET_RECORDS, keep=1, now=0.5) == 1.0
+    assert budget.free_at("a", GET_RECORDS, keep=0, now=0.5) == 0.5
+
+
+def test_paced_calls_on_one_shard_keep_to_the_driver_share():
+    """Driver calls on one shard: one per second (half of 2/s), the rest left to executors;
+    GetRecords find their shard from the iterators the answers handed out."""
+    fake = FakeKinesis({"a": FakeShard(log_of(5)), "b": FakeShard(log_of(5))})
+    budget = CallBudget({GET_RECORDS: 20.0, GET_SHARD_ITERATOR: 10.0})
+    kinesis = PacedKinesis(AsyncFake(fake), budget)
+
+    async def run():
+        it = await kinesis.iterator("s", "a", Position.trim_horizon())
+        for _ in range(25):
+            page = await kinesis.page(it, 1)
+            it = page.next_iterator or it
+        await kinesis.iterator("s", "b", Position.trim_horizon())
+
+    loop = asyncio.new_event_loop()
+    started = loop.time()
+    loop.run_until_complete(run())
+    took = loop.time() - started
+    loop.close()
+    # 25 GetRecords at 10 driver calls/s on shard a: the last waits for the third window
+    assert took >= 2.0
+    assert budget.spent[GET_RECORDS] == 25 and budget.spent[GET_SHARD_ITERATOR] == 2
+    assert isinstance(kinesis, AsyncKinesis)
