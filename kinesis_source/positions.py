@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from kinesis_source.errors import PositionError
 
@@ -166,17 +166,34 @@ class Position:
         return self.to_str()
 
 
+class ShardId(NamedTuple):
+    """One shard of one stream. Its text form ``<stream>/<shardId>`` is used only where it is
+    serialized: offset keys, checkpoint items, logs and messages."""
+
+    stream: str
+    shard: str
+
+    def __str__(self) -> str:
+        return f"{self.stream}/{self.shard}"
+
+    @staticmethod
+    def parse(key: str) -> ShardId:
+        """Inverse of ``str()``; raises :class:`PositionError` naming a malformed key. The
+        shard id is what follows the last ``/`` (stream names have none)."""
+        stream, sep, shard = key.rpartition("/")
+        if not sep or not stream or not shard:
+            raise PositionError(f"offset key {key!r} is not '<stream>/<shardId>'")
+        return ShardId(stream, shard)
+
+
 def shard_key(stream: str, shard_id: str) -> str:
     """Offset key of one shard: ``<stream>/<shardId>``."""
-    return f"{stream}/{shard_id}"
+    return str(ShardId(stream, shard_id))
 
 
 def split_shard_key(key: str) -> tuple[str, str]:
     """Inverse of :func:`shard_key`."""
-    stream, sep, shard_id = key.rpartition("/")
-    if not sep or not stream or not shard_id:
-        raise PositionError(f"offset key {key!r} is not '<stream>/<shardId>'")
-    return stream, shard_id
+    return ShardId.parse(key)
 
 
 @dataclass(frozen=True)

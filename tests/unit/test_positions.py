@@ -8,6 +8,7 @@ from kinesis_source.errors import PositionError
 from kinesis_source.positions import (
     Offset,
     Position,
+    ShardId,
     ShardRange,
     seq_key,
     seq_max,
@@ -127,3 +128,18 @@ def test_shard_key_split_keeps_stream_names_with_dots():
         "my.stream-1",
         "shardId-000000000001",
     )
+
+
+def test_shard_id_text_form_is_the_offset_key():
+    sid = ShardId("orders", "shardId-000000000001")
+    assert str(sid) == f"{sid}" == "orders/shardId-000000000001"
+    stream, shard = sid  # still a (stream, shardId) tuple: callbacks unpack CommitInfo keys
+    assert (stream, shard) == sid == ("orders", "shardId-000000000001")
+    assert {("orders", "shardId-000000000001"): 1}[sid] == 1
+
+
+@pytest.mark.parametrize("key", ["no-slash", "/shardId-1", "s/", ""])
+def test_malformed_shard_keys_are_rejected_naming_the_key(key):
+    with pytest.raises(PositionError) as err:
+        ShardId.parse(key)
+    assert str(err.value) == f"offset key {key!r} is not '<stream>/<shardId>'"
