@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 
 from kinesis_source.aws.kinesis import ShardInfo
-from kinesis_source.positions import Position, shard_key, split_shard_key
+from kinesis_source.positions import Position, ShardId, shard_key, split_shard_key
 
 
 def _parents(shard: ShardInfo) -> list[str]:
@@ -65,13 +65,13 @@ def _finished(
 
 def probe_starts(
     listing: Mapping[str, list[ShardInfo]], start: Mapping[str, Position]
-) -> dict[tuple[str, str], Position]:
+) -> dict[ShardId, Position]:
     """The shards to probe for the next batch, and the position each one starts at.
 
     A shard is read only once all its parents are finished. Tracked shards continue from their
     position (unless at ``SHARD_END``); an untracked new shard starts at ``TRIM_HORIZON``.
     """
-    out: dict[tuple[str, str], Position] = {}
+    out: dict[ShardId, Position] = {}
     for stream, shards in listing.items():
         by_id = {s.shard_id: s for s in shards}
         children = _children(shards)
@@ -83,7 +83,7 @@ def probe_starts(
             if pos is None and _has_tracked_descendant(shard.shard_id, children, tracked):
                 continue  # finished and retired from the offset
             if all(_finished(p, by_id, children, stream, start) for p in _parents(shard)):
-                out[(stream, shard.shard_id)] = pos or Position.trim_horizon()
+                out[ShardId(stream, shard.shard_id)] = pos or Position.trim_horizon()
     return out
 
 

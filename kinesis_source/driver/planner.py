@@ -28,6 +28,7 @@ from kinesis_source.positions import (
     AFTER,
     Offset,
     Position,
+    ShardId,
     ShardRange,
     seq_key,
     shard_key,
@@ -53,13 +54,13 @@ class Target:
     closed: frozenset[str]
 
     def bound(
-        self, starts: dict[tuple[str, str], Position]
-    ) -> tuple[dict[tuple[str, str], Position], dict[tuple[str, str], str]]:
+        self, starts: dict[ShardId, Position]
+    ) -> tuple[dict[ShardId, Position], dict[ShardId, str]]:
         """The shards of ``starts`` with records left within the target, and their caps."""
-        kept: dict[tuple[str, str], Position] = {}
-        caps: dict[tuple[str, str], str] = {}
+        kept: dict[ShardId, Position] = {}
+        caps: dict[ShardId, str] = {}
         for sid, pos in starts.items():
-            key = shard_key(*sid)
+            key = str(sid)
             if key in self.closed:
                 kept[sid] = pos
                 continue
@@ -248,13 +249,13 @@ class Planner:
     async def _find_target(self) -> Target:
         listing = await self._listing(force=True)
         open_shards = {
-            (stream, s.shard_id): Position.trim_horizon()
+            ShardId(stream, s.shard_id): Position.trim_horizon()
             for stream, shards in listing.items()
             for s in shards
             if not s.is_closed
         }
         results = await self._prober_ready().settle_all(open_shards)
-        unsettled = sorted(shard_key(*sid) for sid, r in results.items() if r.pending)
+        unsettled = sorted(str(sid) for sid, r in results.items() if r.pending)
         if unsettled:
             raise KinesisSourceError(
                 f"Trigger.AvailableNow cannot fix its target: Kinesis served only empty pages "
@@ -267,7 +268,7 @@ class Planner:
             for s in shards
             if s.is_closed
         )
-        return Target({shard_key(*sid): r.tip for sid, r in results.items()}, closed)
+        return Target({str(sid): r.tip for sid, r in results.items()}, closed)
 
     async def _probe(self, start: Offset, max_records: int | None) -> Offset:
         listing = await self._listing(force=self._relist)
@@ -278,7 +279,7 @@ class Planner:
             report_shard_gone(stream, shard_id, start.shards[key], self._opts.fail_on_data_loss)
             del positions[key]
         starts = probe_starts(listing, positions)
-        caps: dict[tuple[str, str], str] = {}
+        caps: dict[ShardId, str] = {}
         if self._target is not None:
             starts, caps = self._target.bound(starts)
         results = await self._ends(starts, caps, max_records)
@@ -291,8 +292,8 @@ class Planner:
                 results = await self._ends(starts, caps, max_records)
         self.probes += 1
         lag = {}
-        for (stream, shard_id), result in results.items():
-            key = shard_key(stream, shard_id)
+        for sid, result in results.items():
+            key = str(sid)
             lag[key] = {"tip": result.tip, "millisBehindLatest": result.behind_ms}
             if result.gone:
                 positions.pop(key, None)  # reported by the probe; the listing will drop it
@@ -305,16 +306,16 @@ class Planner:
             elif key not in positions:
                 # A newly eligible shard joins the offset at once, even empty, so that its
                 # parents can leave it.
-                positions[key] = starts[(stream, shard_id)]
+                positions[key] = starts[sid]
         self._lag = lag
         return Offset(retire_finished(listing, positions, start.shards))
 
     async def _ends(
         self,
-        starts: dict[tuple[str, str], Position],
-        caps: dict[tuple[str, str], str],
+        starts: dict[ShardId, Position],
+        caps: dict[ShardId, str],
         max_records: int | None,
-    ) -> dict[tuple[str, str], ProbeResult]:
+    ) -> dict[ShardId, ProbeResult]:
         """Each shard's end for the next batch: its tip, or a fair cut under a read limit."""
         if max_records is None:
             return await self._prober_ready().probe_all(starts, caps)
@@ -361,7 +362,7 @@ def plan_ranges(start: Offset, end: Offset) -> list[ShardRange]:
     return ranges
 
 
-def _only_pending(results: Mapping[tuple[str, str], ProbeResult]) -> bool:
+def _only_pending(results: Mapping[ShardId, ProbeResult]) -> bool:
     """True when no shard moved and some only crossed empty pages (records may follow)."""
     return not any(r.tip or r.ended for r in results.values()) and any(
         r.pending for r in results.values()

@@ -11,7 +11,7 @@ from kinesis_source.driver.planner import Planner, plan_ranges
 from kinesis_source.driver.probe import TailProber
 from kinesis_source.errors import DataLossError
 from kinesis_source.options import SourceOptions
-from kinesis_source.positions import Offset, Position, ShardRange, seq_key
+from kinesis_source.positions import Offset, Position, ShardId, ShardRange, seq_key
 from tests.unit.fake_kinesis import AsyncFake, FakeKinesis, FakeShard, log_of
 
 
@@ -131,7 +131,7 @@ def test_empty_shard_has_no_tip():
 def test_probe_all_covers_every_shard():
     shards = {f"sh{i}": FakeShard(log_of(50 + i, offset=i)) for i in range(5)}
     fake, kinesis, prober = prober_for(shards)
-    starts = {("s", k): Position.trim_horizon() for k in shards}
+    starts = {ShardId("s", k): Position.trim_horizon() for k in shards}
     results = asyncio.run(prober.probe_all(starts))
     assert {k[1]: r.tip for k, r in results.items()} == {
         k: v.records[-1][0] for k, v in shards.items()
@@ -213,16 +213,16 @@ def test_available_now_target_bounds_which_shards_are_probed():
 
     target = Target({"s/a": "100", "s/b": None, "s/c": "50", "s/d": "70"}, frozenset({"s/z"}))
     starts = {
-        ("s", "a"): Position.after("99"),  # before its cap: probed, capped
-        ("s", "b"): Position.trim_horizon(),  # empty when the run started
-        ("s", "c"): Position.after("50"),  # at its cap: done
-        ("s", "d"): Position.after("70", 2),  # inside the cap's aggregate: the rest is in
-        ("s", "z"): Position.after("5"),  # closed at the start: to its end, no cap
-        ("s", "new"): Position.trim_horizon(),  # created during the run: all newer
+        ShardId("s", "a"): Position.after("99"),  # before its cap: probed, capped
+        ShardId("s", "b"): Position.trim_horizon(),  # empty when the run started
+        ShardId("s", "c"): Position.after("50"),  # at its cap: done
+        ShardId("s", "d"): Position.after("70", 2),  # inside the cap's aggregate: the rest is in
+        ShardId("s", "z"): Position.after("5"),  # closed at the start: to its end, no cap
+        ShardId("s", "new"): Position.trim_horizon(),  # created during the run: all newer
     }
     kept, caps = target.bound(starts)
-    assert set(kept) == {("s", "a"), ("s", "d"), ("s", "z")}
-    assert caps == {("s", "a"): "100", ("s", "d"): "70"}
+    assert set(kept) == {ShardId("s", "a"), ShardId("s", "d"), ShardId("s", "z")}
+    assert caps == {ShardId("s", "a"): "100", ShardId("s", "d"): "70"}
 
 
 def test_sparse_shard_probe_goes_on_across_empty_pages_and_shows_its_lag():
@@ -246,7 +246,7 @@ def test_sparse_shard_probe_goes_on_across_empty_pages_and_shows_its_lag():
 def test_settle_all_finds_the_tip_behind_empty_pages_in_one_call():
     recs = log_of(20)
     fake, kinesis, prober = prober_for({"a": FakeShard(recs, gaps={0: 12}), "b": FakeShard(recs)})
-    starts = {("s", "a"): Position.trim_horizon(), ("s", "b"): Position.trim_horizon()}
+    starts = {ShardId("s", "a"): Position.trim_horizon(), ShardId("s", "b"): Position.trim_horizon()}
     results = asyncio.run(prober.settle_all(starts, pause_s=0))
     assert {k: r.tip for k, r in results.items()} == {k: recs[-1][0] for k in starts}
 
@@ -254,8 +254,8 @@ def test_settle_all_finds_the_tip_behind_empty_pages_in_one_call():
 def test_settle_all_gives_up_at_its_deadline_leaving_the_shard_pending():
     recs = log_of(20)
     fake, kinesis, prober = prober_for({"a": FakeShard(recs, gaps={0: 10_000})})
-    results = asyncio.run(prober.settle_all({("s", "a"): Position.trim_horizon()}, timeout_s=0))
-    assert results[("s", "a")].pending and results[("s", "a")].tip is None
+    results = asyncio.run(prober.settle_all({ShardId("s", "a"): Position.trim_horizon()}, timeout_s=0))
+    assert results[ShardId("s", "a")].pending and results[ShardId("s", "a")].tip is None
 
 
 def test_probe_of_a_shard_gone_since_the_listing_is_data_loss_or_gone():
