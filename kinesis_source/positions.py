@@ -251,9 +251,14 @@ class ShardRange:
     start: Position
     end_seq: str
 
+    @property
+    def shard(self) -> ShardId:
+        """The shard the range is of."""
+        return ShardId(self.stream, self.shard_id)
+
     def covers(self, seq: str) -> bool:
         """True when ``seq`` is not past the range's end."""
         return seq_key(seq) <= seq_key(self.end_seq)
 
     def __str__(self) -> str:
-        return f"{self.stream}/{self.shard_id} ({self.start} .. {self.end_seq}]"
+        return f"{self.shard} ({self.start} .. {self.end_seq}]"
