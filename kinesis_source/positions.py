@@ -186,31 +186,22 @@ class ShardId(NamedTuple):
         return ShardId(stream, shard)
 
 
-def shard_key(stream: str, shard_id: str) -> str:
-    """Offset key of one shard: ``<stream>/<shardId>``."""
-    return str(ShardId(stream, shard_id))
-
-
-def split_shard_key(key: str) -> tuple[str, str]:
-    """Inverse of :func:`shard_key`."""
-    return ShardId.parse(key)
-
-
 @dataclass(frozen=True)
 class Offset:
-    """Positions of every tracked shard, keyed by ``<stream>/<shardId>``."""
+    """Positions of every tracked shard; its JSON is keyed by each shard's ``<stream>/<shardId>``."""
 
-    shards: Mapping[str, Position]
+    shards: Mapping[ShardId, Position]
 
     @functools.cached_property
     def streams(self) -> frozenset[str]:
         """The streams with at least one shard in the offset."""
-        return frozenset(split_shard_key(key)[0] for key in self.shards)
+        return frozenset(sid.stream for sid in self.shards)
 
     def to_dict(self) -> dict[str, Any]:
         """The dict handed to Spark: keys sorted, so equal offsets serialize identically."""
+        keys = {str(sid): sid for sid in self.shards}  # sorted as text, as the JSON always was
         return {
-            "shards": {k: self.shards[k].to_str() for k in sorted(self.shards)},
+            "shards": {k: self.shards[keys[k]].to_str() for k in sorted(keys)},
             "version": OFFSET_VERSION,
         }
 
@@ -229,10 +220,7 @@ class Offset:
                 f"offset version {version!r} is not supported (this kinesis-ddb writes version "
                 f"{OFFSET_VERSION}); the checkpoint was written by another release"
             )
-        shards = {}
-        for key, text in data["shards"].items():
-            split_shard_key(key)
-            shards[key] = Position.parse(text)
+        shards = {ShardId.parse(key): Position.parse(text) for key, text in data["shards"].items()}
         return Offset(shards)
 
     @staticmethod

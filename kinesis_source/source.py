@@ -221,7 +221,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
                 settings,
                 self._opts,
                 arns.get(r.stream),
-                hashes.get(str(r.shard)),
+                hashes.get(r.shard),
             )
             for r in ranges
         ]

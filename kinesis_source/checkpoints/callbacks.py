@@ -51,13 +51,12 @@ def load_callback(path: str) -> Callable[[CommitInfo], Any]:
 
 
 def commit_info(
-    application: str, table: str, epoch: int, stored: Mapping[str, Position]
+    application: str, table: str, epoch: int, stored: Mapping[ShardId, Position]
 ) -> CommitInfo:
     """What the callbacks hear after a commit: every position the table now holds."""
     positions: dict[ShardId, str] = {}
     ended = set()
-    for key, pos in stored.items():
-        sid = ShardId.parse(key)
+    for sid, pos in stored.items():
         if pos.kind == AFTER and pos.seq is not None:
             positions[sid] = pos.seq
         elif pos.is_shard_end:

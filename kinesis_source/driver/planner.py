@@ -31,8 +31,6 @@ from kinesis_source.positions import (
     ShardId,
     ShardRange,
     seq_key,
-    shard_key,
-    split_shard_key,
 )
 
 log = logging.getLogger(__name__)
@@ -50,8 +48,8 @@ class Target:
     that arrived after the start, so it is not read at all.
     """
 
-    caps: dict[str, str | None]
-    closed: frozenset[str]
+    caps: dict[ShardId, str | None]
+    closed: frozenset[ShardId]
 
     def bound(
         self, starts: dict[ShardId, Position]
@@ -60,11 +58,10 @@ class Target:
         kept: dict[ShardId, Position] = {}
         caps: dict[ShardId, str] = {}
         for sid, pos in starts.items():
-            key = str(sid)
-            if key in self.closed:
+            if sid in self.closed:
                 kept[sid] = pos
                 continue
-            cap = self.caps.get(key)
+            cap = self.caps.get(sid)
             if cap is None:
                 continue
             if pos.kind == AFTER and _past(pos, cap):
@@ -99,7 +96,7 @@ class Planner:
         self._listed_at = float("-inf")
         self._last_probe: tuple[str, Offset, float] | None = None
         self._relist = False
-        self._lag: dict[str, dict] = {}
+        self._lag: dict[str, dict] = {}  # by "<stream>/<shardId>": Spark shows it as JSON
         self._identity: dict[str, str] | None = None
         self._target: Target | None = None
         self._turn = 0  # rotates which shard a limited batch serves first
@@ -174,17 +171,17 @@ class Planner:
         listing = await self._listing(force=True)
         return await resolve_positions(spec, listing, self._prober_ready(), streams)
 
-    def shard_keys(self) -> set[str]:
-        """Offset keys of every listed shard (lists now if not yet listed)."""
+    def shard_ids(self) -> set[ShardId]:
+        """Every listed shard (lists now if not yet listed)."""
         listing = self._run(self._listing())
-        return {shard_key(st, s.shard_id) for st, shards in listing.items() for s in shards}
+        return {ShardId(st, s.shard_id) for st, shards in listing.items() for s in shards}
 
-    def hash_ranges(self) -> dict[str, tuple[int, int] | None]:
-        """Each listed shard's (first, last) hash key by offset key (lists now if not yet
-        listed); None where the listing gave no range."""
+    def hash_ranges(self) -> dict[ShardId, tuple[int, int] | None]:
+        """Each listed shard's (first, last) hash key (lists now if not yet listed); None where
+        the listing gave no range."""
         listing = self._run(self._listing())
         return {
-            shard_key(st, s.shard_id): s.hash_range
+            ShardId(st, s.shard_id): s.hash_range
             for st, shards in listing.items()
             for s in shards
         }
@@ -263,21 +260,20 @@ class Planner:
                 "record is unknown. Start the query again (the next probe goes on from there)."
             )
         closed = frozenset(
-            shard_key(stream, s.shard_id)
+            ShardId(stream, s.shard_id)
             for stream, shards in listing.items()
             for s in shards
             if s.is_closed
         )
-        return Target({str(sid): r.tip for sid, r in results.items()}, closed)
+        return Target({sid: r.tip for sid, r in results.items()}, closed)
 
     async def _probe(self, start: Offset, max_records: int | None) -> Offset:
         listing = await self._listing(force=self._relist)
         self._relist = False
         positions = dict(start.shards)
-        for key in gone_shards(listing, start.shards):
-            stream, shard_id = split_shard_key(key)
-            report_shard_gone(stream, shard_id, start.shards[key], self._opts.fail_on_data_loss)
-            del positions[key]
+        for sid in gone_shards(listing, start.shards):
+            report_shard_gone(sid.stream, sid.shard, start.shards[sid], self._opts.fail_on_data_loss)
+            del positions[sid]
         starts = probe_starts(listing, positions)
         caps: dict[ShardId, str] = {}
         if self._target is not None:
@@ -293,20 +289,19 @@ class Planner:
         self.probes += 1
         lag = {}
         for sid, result in results.items():
-            key = str(sid)
-            lag[key] = {"tip": result.tip, "millisBehindLatest": result.behind_ms}
+            lag[str(sid)] = {"tip": result.tip, "millisBehindLatest": result.behind_ms}
             if result.gone:
-                positions.pop(key, None)  # reported by the probe; the listing will drop it
+                positions.pop(sid, None)  # reported by the probe; the listing will drop it
                 self._relist = True
             elif result.tip is not None:
-                positions[key] = Position.after(result.tip)
+                positions[sid] = Position.after(result.tip)
             elif result.ended:
-                positions[key] = Position.shard_end()
+                positions[sid] = Position.shard_end()
                 self._relist = True  # its children are what comes next
-            elif key not in positions:
+            elif sid not in positions:
                 # A newly eligible shard joins the offset at once, even empty, so that its
                 # parents can leave it.
-                positions[key] = starts[sid]
+                positions[sid] = starts[sid]
         self._lag = lag
         return Offset(retire_finished(listing, positions, start.shards))
 
@@ -349,16 +344,15 @@ def plan_ranges(start: Offset, end: Offset) -> list[ShardRange]:
     is read in that batch.
     """
     ranges = []
-    for key in sorted(end.shards):
-        to = end.shards[key]
-        frm = start.shards.get(key, Position.trim_horizon())
+    for sid in sorted(end.shards, key=str):  # partitions in the offset's (serialized) order
+        to = end.shards[sid]
+        frm = start.shards.get(sid, Position.trim_horizon())
         if to.kind != AFTER or to == frm:
             continue
-        stream, shard_id = split_shard_key(key)
-        if stream not in start.streams:
+        if sid.stream not in start.streams:
             continue
         assert to.seq is not None
-        ranges.append(ShardRange(stream, shard_id, frm, to.seq))
+        ranges.append(ShardRange(sid.stream, sid.shard, frm, to.seq))
     return ranges
 
 

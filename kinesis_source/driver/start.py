@@ -15,7 +15,7 @@ from kinesis_source.driver.probe import ProbeResult, TailProber
 from kinesis_source.errors import OptionError
 from kinesis_source.lineage import superseded
 from kinesis_source.option_values import InitialPosition, parse_initial_position
-from kinesis_source.positions import AFTER, AT, SHARD_END, Offset, Position, ShardId, shard_key
+from kinesis_source.positions import AFTER, AT, SHARD_END, Offset, Position, ShardId
 
 if TYPE_CHECKING:
     from kinesis_source.driver.application import Application
@@ -52,11 +52,11 @@ def initial_for(spec: InitialPosition, sid: ShardId) -> str:
     return named.get(str(sid), named.get(sid.shard, "TRIM_HORIZON"))
 
 
-def at_progress(wanted: Mapping[ShardId, str]) -> set[str]:
-    """Offset keys of the shards whose wanted start is a point in their log (after or at a
-    record, or SHARD_END), not a starting point such as TRIM_HORIZON."""
+def at_progress(wanted: Mapping[ShardId, str]) -> set[ShardId]:
+    """The shards whose wanted start is a point in their log (after or at a record, or
+    SHARD_END), not a starting point such as TRIM_HORIZON."""
     return {
-        str(sid)
+        sid
         for sid, text in wanted.items()
         if text != "LATEST" and Position.parse(text).kind in (AT, AFTER, SHARD_END)
     }
@@ -64,7 +64,7 @@ def at_progress(wanted: Mapping[ShardId, str]) -> set[str]:
 
 def check_named_shards(spec: InitialPosition, listing: dict[str, list[ShardInfo]]) -> None:
     known = {s.shard_id for shards in listing.values() for s in shards}
-    known |= {shard_key(st, s.shard_id) for st, shards in listing.items() for s in shards}
+    known |= {str(ShardId(st, s.shard_id)) for st, shards in listing.items() for s in shards}
     for key, value in spec.shards:
         if key not in known and value != "SHARD_END":  # an expired, finished shard is fine
             streams = ", ".join(listing)
@@ -102,9 +102,8 @@ async def resolve_positions(
         # A shard whose descendant is named at a point in its log (as `checkpoints export`
         # writes, which leaves out finished parents) was read to its end: not again.
         named = dict(spec.shards)
-        for key in superseded(listing, at_progress(wanted)):
-            sid = ShardId.parse(key)
-            if key not in named and sid.shard not in named:  # named: as the user says
+        for sid in superseded(listing, at_progress(wanted)):
+            if str(sid) not in named and sid.shard not in named:  # named: as the user says
                 del wanted[sid]
     latest = {key: Position.trim_horizon() for key, v in wanted.items() if v == "LATEST"}
     now = datetime.now(timezone.utc)
@@ -118,7 +117,7 @@ async def resolve_positions(
             pos = latest_position(sid, found, now)
         else:
             pos = Position.parse(text)
-        positions[str(sid)] = pos
+        positions[sid] = pos
     log.info("initial positions resolved for %d shards (%s)", len(positions), spec)
     return Offset(positions)
 
@@ -174,7 +173,7 @@ class StartResolver:
         log.info("application %s starts at %s (stored in table %s)", name, shown, table)
         return resolved
 
-    def _add_streams(self, streams: list[str]) -> dict[str, Position]:
+    def _add_streams(self, streams: list[str]) -> dict[ShardId, Position]:
         """Start positions for streams added to an application that already has stored
         initial positions: option 'initialPosition' resolved for them alone, stored with the
         others (and the streams' identities), so every later start finds them."""
@@ -195,7 +194,7 @@ class StartResolver:
         )
         return dict(added.shards)
 
-    def entering(self, start: Offset) -> dict[str, Position] | None:
+    def entering(self, start: Offset) -> dict[ShardId, Position] | None:
         """Start positions of streams that have shards but none in ``start`` (Spark's
         checkpoint predates them), or None: they enter the offset in a batch of their own
         (``plan_ranges`` reads nothing of them there). A stream new to the application starts
@@ -214,5 +213,5 @@ class StartResolver:
         for stream in streams:
             if stream not in new or app.resolved is None:
                 for shard in listing.get(stream, []):
-                    positions.setdefault(shard_key(stream, shard.shard_id), Position.trim_horizon())
+                    positions.setdefault(ShardId(stream, shard.shard_id), Position.trim_horizon())
         return positions

@@ -139,13 +139,19 @@ def test_probe_all_covers_every_shard():
 
 
 def test_plan_ranges_from_two_offsets():
-    start = Offset({"s/a": Position.after("10"), "s/b": Position.after("5"), "s/c": Position.trim_horizon()})
+    start = Offset(
+        {
+            ShardId("s", "a"): Position.after("10"),
+            ShardId("s", "b"): Position.after("5"),
+            ShardId("s", "c"): Position.trim_horizon(),
+        }
+    )
     end = Offset(
         {
-            "s/a": Position.after("20"),
-            "s/b": Position.after("5"),  # unchanged: no range
-            "s/c": Position.shard_end(),  # ended with no records: no range
-            "s/d": Position.after("3"),  # new shard: from TRIM_HORIZON
+            ShardId("s", "a"): Position.after("20"),
+            ShardId("s", "b"): Position.after("5"),  # unchanged: no range
+            ShardId("s", "c"): Position.shard_end(),  # ended with no records: no range
+            ShardId("s", "d"): Position.after("3"),  # new shard: from TRIM_HORIZON
         }
     )
     assert plan_ranges(start, end) == [
@@ -166,8 +172,8 @@ def test_plan_ranges_is_deterministic(start, want):
     """The ranges planned from two offsets are the same after the offsets' JSON round trip (a
     replayed batch reads Spark's offset log), and they are the ranges written out here: with
     only a comparison of the two, a plan_ranges returning [] (or a wrong range) passed."""
-    a = Offset({"s/a": start, "t/b": Position.after("5")})
-    b = Offset({"s/a": Position.after("1000000000"), "t/b": Position.after("7")})
+    a = Offset({ShardId("s", "a"): start, ShardId("t", "b"): Position.after("5")})
+    b = Offset({ShardId("s", "a"): Position.after("1000000000"), ShardId("t", "b"): Position.after("7")})
     expected = [
         ("s", "a", want, "1000000000"),
         ("t", "b", "AFTER:5", "7"),
@@ -175,6 +181,13 @@ def test_plan_ranges_is_deterministic(start, want):
     for start_offset, end_offset in ((a, b), (Offset.from_json(a.to_json()), Offset.from_json(b.to_json()))):
         got = plan_ranges(start_offset, end_offset)
         assert [(r.stream, r.shard_id, r.start.to_str(), r.end_seq) for r in got] == expected
+
+
+def test_plan_ranges_come_in_the_offsets_text_order():
+    """Partitions follow the offset's JSON keys ("a-b/x" before "a/x"), not tuple order."""
+    start = Offset({ShardId("a", "x"): Position.trim_horizon(), ShardId("a-b", "x"): Position.trim_horizon()})
+    end = Offset({ShardId("a", "x"): Position.after("1"), ShardId("a-b", "x"): Position.after("2")})
+    assert [str(r.shard) for r in plan_ranges(start, end)] == ["a-b/x", "a/x"]
 
 
 def test_records_of_one_millisecond_are_one_batch_not_one_each():
@@ -211,7 +224,10 @@ def test_untrimmed_start_is_not_data_loss():
 def test_available_now_target_bounds_which_shards_are_probed():
     from kinesis_source.driver.planner import Target
 
-    target = Target({"s/a": "100", "s/b": None, "s/c": "50", "s/d": "70"}, frozenset({"s/z"}))
+    target = Target(
+        {ShardId("s", "a"): "100", ShardId("s", "b"): None, ShardId("s", "c"): "50", ShardId("s", "d"): "70"},
+        frozenset({ShardId("s", "z")}),
+    )
     starts = {
         ShardId("s", "a"): Position.after("99"),  # before its cap: probed, capped
         ShardId("s", "b"): Position.trim_horizon(),  # empty when the run started
@@ -290,8 +306,8 @@ def test_hash_ranges_lists_the_shards_once_and_keys_them_like_offsets():
     fake = FakeKinesis({"a": FakeShard(hash_range=(0, 99)), "b": FakeShard()})
     planner = planner_on(fake)
     try:
-        assert planner.hash_ranges() == {"s/a": (0, 99), "s/b": None}
-        assert planner.hash_ranges() == {"s/a": (0, 99), "s/b": None}
+        assert planner.hash_ranges() == {ShardId("s", "a"): (0, 99), ShardId("s", "b"): None}
+        assert planner.hash_ranges() == {ShardId("s", "a"): (0, 99), ShardId("s", "b"): None}
         assert fake.calls.count("ListShards") == 1
     finally:
         planner.close()
