@@ -18,7 +18,7 @@ from typing import Any
 from benchmarks.common import describe, local_env, settings, summary
 from benchmarks.ddb_stub import DynamoStub
 from kinesis_source.checkpoints.store import CheckpointStore
-from kinesis_source.positions import Position
+from kinesis_source.positions import Position, ShardId
 from kinesis_source.tools.local import LocalEndpoint
 
 SHARD_COUNTS = (10, 100, 1000)
@@ -56,7 +56,7 @@ def measure(url: str, shards: int, repeats: int) -> dict[str, Any]:
     seconds, calls = [], []
     for rep in range(repeats + 1):
         positions = {
-            f"s/shardId-{i:012d}": Position.after(str(_BASE_SEQ + rep * 10_000 + i))
+            ShardId("s", f"shardId-{i:012d}"): Position.after(str(_BASE_SEQ + rep * 10_000 + i))
             for i in range(shards)
         }
         before = counter.total()

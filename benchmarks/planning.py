@@ -34,7 +34,7 @@ from kinesis_source.aws.clients import shared_client
 from kinesis_source.driver.planner import Planner, plan_ranges
 from kinesis_source.executor.polling import RangeReader
 from kinesis_source.options import SourceOptions
-from kinesis_source.positions import Offset, Position, shard_key
+from kinesis_source.positions import Offset, Position, ShardId
 from kinesis_source.tools.local import LocalEndpoint
 
 SHARD_COUNTS = (10, 100, 1000)
@@ -108,7 +108,7 @@ def measure(url: str, shards: int, rounds: int, repeats: int) -> dict[str, Any]:
     stream = create_stream(kinesis, shards, "plan")
     keys = shard_hash_keys(kinesis, stream)
     last = put_rounds(kinesis, stream, 1, RECORD_BYTES, keys)
-    start = Offset({shard_key(stream, s): Position.after(seq) for s, seq in last.items()})
+    start = Offset({ShardId(stream, s): Position.after(seq) for s, seq in last.items()})
     planner, meter = _planner(url, stream)
     try:
         planner.latest_offset(start)  # warm-up: ListShards and the first iterators
@@ -118,7 +118,7 @@ def measure(url: str, shards: int, rounds: int, repeats: int) -> dict[str, Any]:
             assert end == start, "an idle probe moved"
             last = put_rounds(kinesis, stream, rounds, RECORD_BYTES, keys)
             end, f_new = _probe(planner, meter, start)
-            expected = {shard_key(stream, s): Position.after(seq) for s, seq in last.items()}
+            expected = {ShardId(stream, s): Position.after(seq) for s, seq in last.items()}
             assert dict(end.shards) == expected, "the probe missed the tip"
             if rep == repeats:  # read once: a batch's bytes do not vary between repeats
                 f_new["batch_records"], f_new["batch_bytes"] = _batch_bytes(url, start, end)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 
 from kinesis_source.aws.kinesis import ShardInfo
-from kinesis_source.positions import Position, shard_key, split_shard_key
+from kinesis_source.positions import Position, ShardId
 
 
 def _parents(shard: ShardInfo) -> list[str]:
@@ -51,47 +51,48 @@ def _finished(
     by_id: dict[str, ShardInfo],
     children: dict[str, list[str]],
     stream: str,
-    positions: Mapping[str, Position],
+    positions: Mapping[ShardId, Position],
 ) -> bool:
     """True when every record of ``shard_id`` is behind the committed positions."""
-    pos = positions.get(shard_key(stream, shard_id))
+    pos = positions.get(ShardId(stream, shard_id))
     if pos is not None:
         return pos.is_shard_end
     if shard_id not in by_id:
         return True  # expired or never known: nothing of it is left to read
-    tracked = {k for k in by_id if shard_key(stream, k) in positions}
+    tracked = {k for k in by_id if ShardId(stream, k) in positions}
     return _has_tracked_descendant(shard_id, children, tracked)
 
 
 def probe_starts(
-    listing: Mapping[str, list[ShardInfo]], start: Mapping[str, Position]
-) -> dict[tuple[str, str], Position]:
+    listing: Mapping[str, list[ShardInfo]], start: Mapping[ShardId, Position]
+) -> dict[ShardId, Position]:
     """The shards to probe for the next batch, and the position each one starts at.
 
     A shard is read only once all its parents are finished. Tracked shards continue from their
     position (unless at ``SHARD_END``); an untracked new shard starts at ``TRIM_HORIZON``.
     """
-    out: dict[tuple[str, str], Position] = {}
+    out: dict[ShardId, Position] = {}
     for stream, shards in listing.items():
         by_id = {s.shard_id: s for s in shards}
         children = _children(shards)
-        tracked = {s.shard_id for s in shards if shard_key(stream, s.shard_id) in start}
+        tracked = {s.shard_id for s in shards if ShardId(stream, s.shard_id) in start}
         for shard in shards:
-            pos = start.get(shard_key(stream, shard.shard_id))
+            sid = ShardId(stream, shard.shard_id)
+            pos = start.get(sid)
             if pos is not None and pos.is_shard_end:
                 continue
             if pos is None and _has_tracked_descendant(shard.shard_id, children, tracked):
                 continue  # finished and retired from the offset
             if all(_finished(p, by_id, children, stream, start) for p in _parents(shard)):
-                out[(stream, shard.shard_id)] = pos or Position.trim_horizon()
+                out[sid] = pos or Position.trim_horizon()
     return out
 
 
 def retire_finished(
     listing: Mapping[str, list[ShardInfo]],
-    positions: Mapping[str, Position],
-    committed: Mapping[str, Position],
-) -> dict[str, Position]:
+    positions: Mapping[ShardId, Position],
+    committed: Mapping[ShardId, Position],
+) -> dict[ShardId, Position]:
     """``positions`` (a batch's end) without the shards at ``SHARD_END`` whose children are
     all tracked, and without shards at ``SHARD_END`` that are no longer listed.
 
@@ -104,7 +105,7 @@ def retire_finished(
     children = {stream: _children(shards) for stream, shards in listing.items()}
     out = dict(positions)
     for key, pos in positions.items():
-        stream, shard_id = split_shard_key(key)
+        stream, shard_id = key
         before = committed.get(key)
         if not pos.is_shard_end or before is None or not before.is_shard_end:
             continue
@@ -112,30 +113,33 @@ def retire_finished(
             continue
         kids = children[stream].get(shard_id, [])
         if shard_id not in listed[stream] or (
-            kids and all(shard_key(stream, c) in positions for c in kids)
+            kids and all(ShardId(stream, c) in positions for c in kids)
         ):
             del out[key]
     return out
 
 
 def gone_shards(
-    listing: Mapping[str, list[ShardInfo]], positions: Mapping[str, Position]
-) -> list[str]:
+    listing: Mapping[str, list[ShardInfo]], positions: Mapping[ShardId, Position]
+) -> list[ShardId]:
     """Tracked shards not read to their end that the listing no longer has (expired past
     retention, or deleted with their stream): their unread records are lost."""
-    listed = {shard_key(st, s.shard_id) for st, shards in listing.items() for s in shards}
+    listed = {ShardId(st, s.shard_id) for st, shards in listing.items() for s in shards}
     return sorted(
-        key
-        for key, pos in positions.items()
-        if not pos.is_shard_end and key not in listed and split_shard_key(key)[0] in listing
+        (
+            key
+            for key, pos in positions.items()
+            if not pos.is_shard_end and key not in listed and key.stream in listing
+        ),
+        key=str,
     )
 
 
 def droppable(
     listing: Mapping[str, list[ShardInfo]],
-    committed: Mapping[str, Position],
-    candidates: Iterable[str],
-) -> list[str]:
+    committed: Mapping[ShardId, Position],
+    candidates: Iterable[ShardId],
+) -> list[ShardId]:
     """The ``candidates`` (finished shards) a resume from ``committed`` alone still finds
     finished: shards no longer listed, and shards with a committed child (then
     :func:`probe_starts` sees a tracked descendant, and the other children start where they
@@ -144,7 +148,7 @@ def droppable(
     graphs: dict[str, tuple[set[str], dict[str, list[str]]]] = {}
     out = []
     for key in candidates:
-        stream, shard_id = split_shard_key(key)
+        stream, shard_id = key
         shards = listing.get(stream)
         if not shards:  # not listed yet, or the stream is missing: nothing is known
             continue
@@ -152,20 +156,22 @@ def droppable(
             graphs[stream] = ({s.shard_id for s in shards}, _children(shards))
         listed, children = graphs[stream]
         kids = children.get(shard_id, [])
-        if shard_id not in listed or any(shard_key(stream, c) in committed for c in kids):
+        if shard_id not in listed or any(ShardId(stream, c) in committed for c in kids):
             out.append(key)
-    return sorted(out)
+    return sorted(out, key=str)
 
 
-def superseded(listing: Mapping[str, list[ShardInfo]], tracked: Collection[str]) -> set[str]:
+def superseded(
+    listing: Mapping[str, list[ShardInfo]], tracked: Collection[ShardId]
+) -> set[ShardId]:
     """Listed shards not in ``tracked`` that have a descendant in it: finished, by the rule
     :func:`probe_starts` applies (a child is read only after its parents)."""
     out = set()
     for stream, shards in listing.items():
         children = _children(shards)
-        ids = {s.shard_id for s in shards if shard_key(stream, s.shard_id) in tracked}
+        ids = {s.shard_id for s in shards if ShardId(stream, s.shard_id) in tracked}
         for shard in shards:
-            key = shard_key(stream, shard.shard_id)
+            key = ShardId(stream, shard.shard_id)
             if key not in tracked and _has_tracked_descendant(shard.shard_id, children, ids):
                 out.add(key)
     return out

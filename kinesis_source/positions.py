@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from kinesis_source.errors import PositionError
 
@@ -166,34 +166,42 @@ class Position:
         return self.to_str()
 
 
-def shard_key(stream: str, shard_id: str) -> str:
-    """Offset key of one shard: ``<stream>/<shardId>``."""
-    return f"{stream}/{shard_id}"
+class ShardId(NamedTuple):
+    """One shard of one stream. Its text form ``<stream>/<shardId>`` is used only where it is
+    serialized: offset keys, checkpoint items, logs and messages."""
 
+    stream: str
+    shard: str
 
-def split_shard_key(key: str) -> tuple[str, str]:
-    """Inverse of :func:`shard_key`."""
-    stream, sep, shard_id = key.rpartition("/")
-    if not sep or not stream or not shard_id:
-        raise PositionError(f"offset key {key!r} is not '<stream>/<shardId>'")
-    return stream, shard_id
+    def __str__(self) -> str:
+        return f"{self.stream}/{self.shard}"
+
+    @staticmethod
+    def parse(key: str) -> ShardId:
+        """Inverse of ``str()``; raises :class:`PositionError` naming a malformed key. The
+        shard id is what follows the last ``/`` (stream names have none)."""
+        stream, sep, shard = key.rpartition("/")
+        if not sep or not stream or not shard:
+            raise PositionError(f"offset key {key!r} is not '<stream>/<shardId>'")
+        return ShardId(stream, shard)
 
 
 @dataclass(frozen=True)
 class Offset:
-    """Positions of every tracked shard, keyed by ``<stream>/<shardId>``."""
+    """Positions of every tracked shard; its JSON is keyed by each shard's ``<stream>/<shardId>``."""
 
-    shards: Mapping[str, Position]
+    shards: Mapping[ShardId, Position]
 
     @functools.cached_property
     def streams(self) -> frozenset[str]:
         """The streams with at least one shard in the offset."""
-        return frozenset(split_shard_key(key)[0] for key in self.shards)
+        return frozenset(sid.stream for sid in self.shards)
 
     def to_dict(self) -> dict[str, Any]:
         """The dict handed to Spark: keys sorted, so equal offsets serialize identically."""
+        keys = {str(sid): sid for sid in self.shards}  # sorted as text, as the JSON always was
         return {
-            "shards": {k: self.shards[k].to_str() for k in sorted(self.shards)},
+            "shards": {k: self.shards[keys[k]].to_str() for k in sorted(keys)},
             "version": OFFSET_VERSION,
         }
 
@@ -212,10 +220,7 @@ class Offset:
                 f"offset version {version!r} is not supported (this kinesis-ddb writes version "
                 f"{OFFSET_VERSION}); the checkpoint was written by another release"
             )
-        shards = {}
-        for key, text in data["shards"].items():
-            split_shard_key(key)
-            shards[key] = Position.parse(text)
+        shards = {ShardId.parse(key): Position.parse(text) for key, text in data["shards"].items()}
         return Offset(shards)
 
     @staticmethod
@@ -234,9 +239,14 @@ class ShardRange:
     start: Position
     end_seq: str
 
+    @property
+    def shard(self) -> ShardId:
+        """The shard the range is of."""
+        return ShardId(self.stream, self.shard_id)
+
     def covers(self, seq: str) -> bool:
         """True when ``seq`` is not past the range's end."""
         return seq_key(seq) <= seq_key(self.end_seq)
 
     def __str__(self) -> str:
-        return f"{self.stream}/{self.shard_id} ({self.start} .. {self.end_seq}]"
+        return f"{self.shard} ({self.start} .. {self.end_seq}]"

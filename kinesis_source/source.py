@@ -19,7 +19,7 @@ from kinesis_source.aws.clients import AwsSettings
 from kinesis_source.executor import RangePartition, read_partition
 from kinesis_source.executor.arrow import SCHEMA_DDL
 from kinesis_source.options import SourceOptions
-from kinesis_source.positions import Offset, shard_key
+from kinesis_source.positions import Offset
 
 if TYPE_CHECKING:  # driver modules load only in the driver's helper, never on executors
     from kinesis_source.driver.commits import Checkpointer
@@ -221,7 +221,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
                 settings,
                 self._opts,
                 arns.get(r.stream),
-                hashes.get(shard_key(r.stream, r.shard_id)),
+                hashes.get(r.shard),
             )
             for r in ranges
         ]

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kinesis_source.errors import CommitCallbackError, OptionError
-from kinesis_source.positions import AFTER, Position, split_shard_key
+from kinesis_source.positions import AFTER, Position, ShardId
 
 log = logging.getLogger(__name__)
 
@@ -21,17 +21,18 @@ log = logging.getLogger(__name__)
 class CommitInfo:
     """What a commit callback receives after a successful DynamoDB commit.
 
-    ``positions`` maps ``(stream, shardId)`` to the sequence number committed (reading resumes
-    after it); ``ended`` holds the shards committed at their end and still in the table (a
-    finished shard leaves it once a child of it is committed).
+    ``positions`` maps each shard (a :class:`ShardId`, a ``(stream, shardId)`` tuple) to the
+    sequence number committed (reading resumes after it); ``ended`` holds the shards committed
+    at their end and still in the table (a finished shard leaves it once a child of it is
+    committed).
     """
 
     application: str
     table: str
     epoch: int
     committed_at: datetime
-    positions: Mapping[tuple[str, str], str]
-    ended: frozenset
+    positions: Mapping[ShardId, str]
+    ended: frozenset[ShardId]
 
 
 def load_callback(path: str) -> Callable[[CommitInfo], Any]:
@@ -50,17 +51,16 @@ def load_callback(path: str) -> Callable[[CommitInfo], Any]:
 
 
 def commit_info(
-    application: str, table: str, epoch: int, stored: Mapping[str, Position]
+    application: str, table: str, epoch: int, stored: Mapping[ShardId, Position]
 ) -> CommitInfo:
     """What the callbacks hear after a commit: every position the table now holds."""
-    positions: dict[tuple[str, str], str] = {}
+    positions: dict[ShardId, str] = {}
     ended = set()
-    for key, pos in stored.items():
-        stream_shard = split_shard_key(key)
+    for sid, pos in stored.items():
         if pos.kind == AFTER and pos.seq is not None:
-            positions[stream_shard] = pos.seq
+            positions[sid] = pos.seq
         elif pos.is_shard_end:
-            ended.add(stream_shard)
+            ended.add(sid)
     return CommitInfo(
         application=application,
         table=table,

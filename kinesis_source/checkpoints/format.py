@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from kinesis_source.positions import AFTER, AT, SHARD_END, Offset, Position, split_shard_key
+from kinesis_source.positions import AFTER, AT, SHARD_END, Offset, Position, ShardId
 
 FORMAT_VERSION = 3
 
@@ -51,32 +51,32 @@ MAX_ITEM_BYTES = 380_000  # DynamoDB's limit is 400 KB per item
 _SEQ_WIDTH = 128  # sequence numbers are at most 128 digits
 
 
-def item_key(offset_key: str) -> str:
+def item_key(sid: ShardId) -> str:
     """Sort key of a shard's item: ``shard#<stream>#<shardId>``."""
-    stream, shard_id = split_shard_key(offset_key)
-    return f"{SHARD_PREFIX}{stream}#{shard_id}"
+    return f"{SHARD_PREFIX}{sid.stream}#{sid.shard}"
 
 
-def offset_key_of(item_sort_key: str) -> str:
+def shard_of_item_key(item_sort_key: str) -> ShardId:
     """Inverse of :func:`item_key`."""
     stream, _, shard_id = item_sort_key[len(SHARD_PREFIX) :].partition("#")
-    return f"{stream}/{shard_id}"
+    return ShardId(stream, shard_id)
 
 
-def bucket_key(offset_key: str) -> str:
+def bucket_key(sid: ShardId) -> str:
     """Sort key of the item holding a shard's position: ``shards#NN``, by CRC32 (stable across
     processes and Python versions, unlike ``hash``)."""
-    return f"{BUCKET_PREFIX}{_bucket_number(offset_key):02d}"
+    return f"{BUCKET_PREFIX}{_bucket_number(sid):02d}"
 
 
-def initial_bucket_key(offset_key: str) -> str:
+def initial_bucket_key(sid: ShardId) -> str:
     """Sort key of the item holding a shard's stored initial position: ``initial#NN``, ``NN``
     as in its :func:`bucket_key`."""
-    return f"{INITIAL_PREFIX}{_bucket_number(offset_key):02d}"
+    return f"{INITIAL_PREFIX}{_bucket_number(sid):02d}"
 
 
-def _bucket_number(offset_key: str) -> int:
-    return zlib.crc32(offset_key.encode()) % BUCKETS
+def _bucket_number(sid: ShardId) -> int:
+    # of the text "<stream>/<shardId>": the bucket a shard is in is part of the stored format
+    return zlib.crc32(str(sid).encode()) % BUCKETS
 
 
 def order_key(pos: Position) -> str | None:
@@ -162,11 +162,11 @@ class Snapshot:
     """Everything stored for one application."""
 
     meta: Meta | None
-    shards: Mapping[str, StoredShard]  # by offset key "<stream>/<shardId>"
+    shards: Mapping[ShardId, StoredShard]
     legacy: frozenset[str] = frozenset()  # sort keys of format-1 items still in the table
 
-    def positions(self) -> dict[str, Position]:
-        """Committed positions by offset key."""
+    def positions(self) -> dict[ShardId, Position]:
+        """Committed positions by shard."""
         return {k: s.position for k, s in self.shards.items()}
 
 
@@ -220,7 +220,7 @@ class ItemsRead:
     positions (format 1 and 2 merged), and what a writer needs to rewrite them."""
 
     meta: Meta | None = None
-    shards: dict[str, StoredShard] = field(default_factory=dict)
+    shards: dict[ShardId, StoredShard] = field(default_factory=dict)
     legacy_keys: list[str] = field(default_factory=list)  # format-1 items still there
     versions: dict[str, int] = field(default_factory=dict)  # bucket sort key -> version
     initial_keys: set[str] = field(default_factory=set)  # every initial#NN item
@@ -230,7 +230,7 @@ class ItemsRead:
 def read_items(raw_items: Iterable[Mapping[str, dict]]) -> ItemsRead:
     """Parse the raw (attribute-value) items of one application."""
     out = ItemsRead()
-    legacy: dict[str, StoredShard] = {}
+    legacy: dict[ShardId, StoredShard] = {}
     initial: dict[str, dict[str, str]] = {}  # by initialId: offset key -> position
     specs: dict[str, dict[str, str]] = {}  # by initialSpecId: sort key -> text
     for raw in raw_items:
@@ -241,7 +241,7 @@ def read_items(raw_items: Iterable[Mapping[str, dict]]) -> ItemsRead:
         elif key.startswith(BUCKET_PREFIX):
             out.versions[key] = int(item.get("version", 0))
             for offset_key, entry in json.loads(item["positions"]).items():
-                out.shards[offset_key] = shard_of_entry(entry)
+                out.shards[ShardId.parse(offset_key)] = shard_of_entry(entry)
         elif key.startswith(INITIAL_PREFIX):
             out.initial_keys.add(key)
             initial.setdefault(item.get("initialId", ""), {}).update(json.loads(item["positions"]))
@@ -250,7 +250,7 @@ def read_items(raw_items: Iterable[Mapping[str, dict]]) -> ItemsRead:
             specs.setdefault(item.get("specId", ""), {})[key] = item["text"]
         elif key.startswith(SHARD_PREFIX):
             out.legacy_keys.append(key)
-            legacy[offset_key_of(key)] = StoredShard(
+            legacy[shard_of_item_key(key)] = StoredShard(
                 position=Position.parse(item["position"]),
                 epoch=int(item.get("epoch", 0)),
                 owner=item.get("owner"),
@@ -262,13 +262,13 @@ def read_items(raw_items: Iterable[Mapping[str, dict]]) -> ItemsRead:
         # other set (a save or a reset cut short) are not read.
         stored = initial.get(meta.initial_id, {})
         out.meta = meta = replace(
-            meta, resolved=Offset({k: Position.parse(p) for k, p in stored.items()})
+            meta, resolved=Offset({ShardId.parse(k): Position.parse(p) for k, p in stored.items()})
         )
     if meta is not None and meta.spec_id is not None:
         parts = specs.get(meta.spec_id, {})
         out.meta = replace(meta, initial_spec="".join(parts[k] for k in sorted(parts)) or None)
-    for offset_key, old in legacy.items():
+    for sid, old in legacy.items():
         # A migration cut short leaves both: the further one is the commit.
-        if offset_key not in out.shards or advances(old.position, out.shards[offset_key].position):
-            out.shards[offset_key] = old
+        if sid not in out.shards or advances(old.position, out.shards[sid].position):
+            out.shards[sid] = old
     return out

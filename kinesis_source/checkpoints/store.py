@@ -62,7 +62,7 @@ from kinesis_source.errors import (
     CheckpointError,
     CheckpointFencedError,
 )
-from kinesis_source.positions import Offset, Position
+from kinesis_source.positions import Offset, Position, ShardId
 
 log = logging.getLogger(__name__)
 
@@ -249,8 +249,8 @@ class CheckpointStore:
         self,
         epoch: int,
         owner: str,
-        positions: Mapping[str, Position],
-        forget: Iterable[str] = (),
+        positions: Mapping[ShardId, Position],
+        forget: Iterable[ShardId] = (),
     ) -> int:
         """Write positions in fenced transactions; returns the number of calls made.
 
@@ -267,7 +267,7 @@ class CheckpointStore:
             if order_key(pos) is None:
                 raise ValueError(f"position {pos} of {key} is not a commit position")
         behind = sorted(
-            k for k, p in positions.items()
+            str(k) for k, p in positions.items()
             if k in known and advances(known[k].position, p)
         )
         if behind:

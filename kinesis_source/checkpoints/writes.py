@@ -26,7 +26,7 @@ from kinesis_source.checkpoints.format import (
     transactions,
 )
 from kinesis_source.errors import CheckpointError, CheckpointFencedError
-from kinesis_source.positions import Offset, split_shard_key
+from kinesis_source.positions import Offset, ShardId
 
 
 class FencedWriter:
@@ -47,11 +47,11 @@ class FencedWriter:
         self._where = where  # names application and table in errors
         self._fenced = fenced  # the error for a lost epoch check
         self._reread = reread  # reads the table, filling the state below
-        self.known: dict[str, StoredShard] | None = None  # None: read before writing
+        self.known: dict[ShardId, StoredShard] | None = None  # None: read before writing
         self.versions: dict[str, int] = {}  # bucket sort key -> version
         self.initial_keys: set[str] | None = None  # sort keys of the initial#NN items
 
-    def known_shards(self) -> dict[str, StoredShard]:
+    def known_shards(self) -> dict[ShardId, StoredShard]:
         """What the table holds, reading it first if nothing was read or written yet."""
         if self.known is None:
             self._reread()
@@ -75,24 +75,24 @@ class FencedWriter:
     def buckets(
         self,
         epoch: int,
-        changed: Mapping[str, StoredShard],
+        changed: Mapping[ShardId, StoredShard],
         now: str,
         deletes: Sequence[str] = (),
-        dropped: Collection[str] = frozenset(),
+        dropped: Collection[ShardId] = frozenset(),
     ) -> int:
         """Rewrite every bucket holding a shard of ``changed`` or ``dropped`` (without the
         ``dropped`` ones; then delete the ``deletes`` sort keys), in as few fenced transactions
         as DynamoDB's limits allow."""
         merged = {**self.known_shards(), **changed}
         touched = {bucket_key(k) for k in changed} | {bucket_key(k) for k in dropped}
-        grouped: dict[str, dict[str, StoredShard]] = {bucket: {} for bucket in touched}
-        for key, shard in merged.items():
-            if key not in dropped and bucket_key(key) in touched:
-                grouped[bucket_key(key)][key] = shard
+        grouped: dict[str, dict[ShardId, StoredShard]] = {bucket: {} for bucket in touched}
+        for sid, shard in merged.items():
+            if sid not in dropped and bucket_key(sid) in touched:
+                grouped[bucket_key(sid)][sid] = shard
         writes = []
         for bucket in sorted(touched):
             body = json.dumps(
-                {k: entry_of(s) for k, s in grouped[bucket].items()},
+                {str(k): entry_of(s) for k, s in grouped[bucket].items()},
                 sort_keys=True, separators=(",", ":"),
             )
             if len(body) > MAX_ITEM_BYTES:
@@ -132,9 +132,9 @@ class FencedWriter:
             for name in names:
                 if name in grouped:
                     self.versions[name] = self.versions.get(name, 0) + 1
-                    for key in dropped:
-                        if bucket_key(key) == name:
-                            self.known.pop(key, None)
+                    for sid in dropped:
+                        if bucket_key(sid) == name:
+                            self.known.pop(sid, None)
                     self.known.update(grouped[name])
 
         return self.run(epoch, writes, written)
@@ -151,17 +151,16 @@ class FencedWriter:
         overwritten (the source saves only where none is stored, so it never has one).
         """
         set_id = uuid.uuid4().hex
-        stream_names = {split_shard_key(k)[0] for k in resolved.shards}
         grouped: dict[str, dict[str, str]] = {}
-        for key, pos in resolved.shards.items():
-            grouped.setdefault(initial_bucket_key(key), {})[key] = pos.to_str()
+        for sid, pos in resolved.shards.items():
+            grouped.setdefault(initial_bucket_key(sid), {})[str(sid)] = pos.to_str()
         writes = []
         for bucket in sorted(grouped):
             body = json.dumps(grouped[bucket], sort_keys=True, separators=(",", ":"))
             if len(body) > MAX_ITEM_BYTES:
                 raise CheckpointError(
                     f"The initial positions of the {self._where()} do not fit DynamoDB items "
-                    f"({len(resolved.shards)} shards in {len(stream_names)} stream(s); item "
+                    f"({len(resolved.shards)} shards in {len(resolved.streams)} stream(s); item "
                     f"{bucket} would hold {len(body)} bytes): read fewer streams per "
                     "application, giving each group of streams its own 'applicationName'"
                 )

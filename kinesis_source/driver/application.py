@@ -24,7 +24,7 @@ from kinesis_source.checkpoints.store import CheckpointStore
 from kinesis_source.errors import CheckpointError
 from kinesis_source.option_values import InitialPosition
 from kinesis_source.options import SourceOptions
-from kinesis_source.positions import Offset, Position, split_shard_key
+from kinesis_source.positions import Offset, Position, ShardId
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,8 @@ class ShardCatalogue(Protocol):
     def listed(self) -> Mapping[str, list[ShardInfo]]:
         """The shard listing as last fetched (no call)."""
 
-    def shard_keys(self) -> set[str]:
-        """Offset keys of every listed shard (listing first if none was made)."""
+    def shard_ids(self) -> set[ShardId]:
+        """Every listed shard (listing first if none was made)."""
 
     def stream_identities(self) -> dict[str, str]:
         """Each stream's creation time."""
@@ -65,7 +65,7 @@ class Application:
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.epoch: int | None = None
         self.claimed: Snapshot | None = None  # what the table held at the claim
-        self.stored: dict[str, Position] = {}  # committed positions, kept current by commits
+        self.stored: dict[ShardId, Position] = {}  # committed positions, kept current by commits
         self.resolved: Offset | None = None  # the stored initial positions, once known
 
     @staticmethod
@@ -115,11 +115,11 @@ class Application:
                     "stream: run `kinesis-ddb checkpoints reset` for this application, or use "
                     "another 'applicationName'."
                 )
-        committed_streams = {split_shard_key(k)[0] for k in snapshot.shards}
+        committed_streams = {k.stream for k in snapshot.shards}
         if committed_streams & set(current):
-            listed = self.catalogue.shard_keys()
+            listed = self.catalogue.shard_ids()
             for stream in committed_streams & set(current):
-                mine = {k for k in snapshot.shards if split_shard_key(k)[0] == stream}
+                mine = {k for k in snapshot.shards if k.stream == stream}
                 if not mine & listed:
                     raise CheckpointError(
                         f"None of the shards committed for Kinesis stream '{stream}' "
@@ -147,4 +147,4 @@ class Application:
     def streams_known(self) -> set[str]:
         """Streams the application has initial or committed positions for."""
         shards = self.resolved.shards if self.resolved is not None else {}
-        return {split_shard_key(k)[0] for k in (*shards, *self.stored)}
+        return {k.stream for k in (*shards, *self.stored)}

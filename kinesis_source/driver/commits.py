@@ -24,7 +24,7 @@ from kinesis_source.checkpoints.callbacks import CommitInfo, commit_info, load_c
 from kinesis_source.checkpoints.format import advances
 from kinesis_source.driver.application import Application
 from kinesis_source.lineage import droppable, superseded
-from kinesis_source.positions import Offset, Position, split_shard_key
+from kinesis_source.positions import Offset, Position, ShardId
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class Checkpointer:
             self._writer.shutdown(wait=True)
             self._writer = None
 
-    def _moved(self, end: Offset) -> dict[str, Position]:
+    def _moved(self, end: Offset) -> dict[ShardId, Position]:
         stored = self._app.stored
         moved = {k: p for k, p in end.shards.items() if advances(p, stored.get(k))}
         # A shard the offset holds as finished (listed, left the offset, a descendant in it)
@@ -133,7 +133,7 @@ class Checkpointer:
             moved.update({k: Position.shard_end() for k in short if k in finished})
         return moved
 
-    def _retired(self, end: Offset, moved: Mapping[str, Position]) -> list[str]:
+    def _retired(self, end: Offset, moved: Mapping[ShardId, Position]) -> list[ShardId]:
         """Stored shards at ``SHARD_END`` that ``end`` no longer holds and that a resume from
         the table would still find finished, once ``moved`` is written.
 
@@ -145,10 +145,10 @@ class Checkpointer:
         resolved = self._app.resolved
         if resolved is None:
             return []
-        streams = {split_shard_key(k)[0] for k in end.shards}
+        streams = end.streams
         candidates = []
         for key, pos in self._app.stored.items():
-            if not pos.is_shard_end or key in end.shards or split_shard_key(key)[0] not in streams:
+            if not pos.is_shard_end or key in end.shards or key.stream not in streams:
                 continue
             initial = resolved.shards.get(key)
             if initial is None or initial.is_shard_end:
@@ -159,7 +159,7 @@ class Checkpointer:
         return droppable(self._app.catalogue.listed(), committed, candidates)
 
     def _committed(
-        self, epoch: int, moved: dict[str, Position], retired: list[str], calls: int
+        self, epoch: int, moved: dict[ShardId, Position], retired: list[ShardId], calls: int
     ) -> None:
         self.commit_calls += calls
         self._app.stored.update(moved)

@@ -29,12 +29,9 @@ from kinesis_source import kpl
 from kinesis_source.aws.kinesis import AsyncKinesis, Page
 from kinesis_source.driver.probe import MAX_EMPTY_HOPS, ProbeResult, TailProber
 from kinesis_source.errors import ShardNotFoundError, report_shard_gone
-from kinesis_source.positions import AFTER, Position, seq_key
+from kinesis_source.positions import AFTER, Position, ShardId, seq_key
 
 log = logging.getLogger(__name__)
-
-ShardId = tuple[str, str]  # (stream, shard id)
-
 
 @dataclass
 class _Cursor:
@@ -120,9 +117,9 @@ class BudgetPlanner:
                     active.pop(i)  # its next record does not fit, and records stay in order
                     continue
                 log.warning(
-                    "Kinesis record %s of shard %s/%s holds %d user records, more than the "
+                    "Kinesis record %s of shard %s holds %d user records, more than the "
                     "read limit of %d: it forms a batch on its own",
-                    record["SequenceNumber"], *cur.key, n, budget,
+                    record["SequenceNumber"], cur.key, n, budget,
                 )
             cur.buffer.popleft()
             cur.end = record["SequenceNumber"]

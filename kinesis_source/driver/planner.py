@@ -28,10 +28,9 @@ from kinesis_source.positions import (
     AFTER,
     Offset,
     Position,
+    ShardId,
     ShardRange,
     seq_key,
-    shard_key,
-    split_shard_key,
 )
 
 log = logging.getLogger(__name__)
@@ -49,21 +48,20 @@ class Target:
     that arrived after the start, so it is not read at all.
     """
 
-    caps: dict[str, str | None]
-    closed: frozenset[str]
+    caps: dict[ShardId, str | None]
+    closed: frozenset[ShardId]
 
     def bound(
-        self, starts: dict[tuple[str, str], Position]
-    ) -> tuple[dict[tuple[str, str], Position], dict[tuple[str, str], str]]:
+        self, starts: dict[ShardId, Position]
+    ) -> tuple[dict[ShardId, Position], dict[ShardId, str]]:
         """The shards of ``starts`` with records left within the target, and their caps."""
-        kept: dict[tuple[str, str], Position] = {}
-        caps: dict[tuple[str, str], str] = {}
+        kept: dict[ShardId, Position] = {}
+        caps: dict[ShardId, str] = {}
         for sid, pos in starts.items():
-            key = shard_key(*sid)
-            if key in self.closed:
+            if sid in self.closed:
                 kept[sid] = pos
                 continue
-            cap = self.caps.get(key)
+            cap = self.caps.get(sid)
             if cap is None:
                 continue
             if pos.kind == AFTER and _past(pos, cap):
@@ -98,7 +96,7 @@ class Planner:
         self._listed_at = float("-inf")
         self._last_probe: tuple[str, Offset, float] | None = None
         self._relist = False
-        self._lag: dict[str, dict] = {}
+        self._lag: dict[str, dict] = {}  # by "<stream>/<shardId>": Spark shows it as JSON
         self._identity: dict[str, str] | None = None
         self._target: Target | None = None
         self._turn = 0  # rotates which shard a limited batch serves first
@@ -173,17 +171,17 @@ class Planner:
         listing = await self._listing(force=True)
         return await resolve_positions(spec, listing, self._prober_ready(), streams)
 
-    def shard_keys(self) -> set[str]:
-        """Offset keys of every listed shard (lists now if not yet listed)."""
+    def shard_ids(self) -> set[ShardId]:
+        """Every listed shard (lists now if not yet listed)."""
         listing = self._run(self._listing())
-        return {shard_key(st, s.shard_id) for st, shards in listing.items() for s in shards}
+        return {ShardId(st, s.shard_id) for st, shards in listing.items() for s in shards}
 
-    def hash_ranges(self) -> dict[str, tuple[int, int] | None]:
-        """Each listed shard's (first, last) hash key by offset key (lists now if not yet
-        listed); None where the listing gave no range."""
+    def hash_ranges(self) -> dict[ShardId, tuple[int, int] | None]:
+        """Each listed shard's (first, last) hash key (lists now if not yet listed); None where
+        the listing gave no range."""
         listing = self._run(self._listing())
         return {
-            shard_key(st, s.shard_id): s.hash_range
+            ShardId(st, s.shard_id): s.hash_range
             for st, shards in listing.items()
             for s in shards
         }
@@ -248,13 +246,13 @@ class Planner:
     async def _find_target(self) -> Target:
         listing = await self._listing(force=True)
         open_shards = {
-            (stream, s.shard_id): Position.trim_horizon()
+            ShardId(stream, s.shard_id): Position.trim_horizon()
             for stream, shards in listing.items()
             for s in shards
             if not s.is_closed
         }
         results = await self._prober_ready().settle_all(open_shards)
-        unsettled = sorted(shard_key(*sid) for sid, r in results.items() if r.pending)
+        unsettled = sorted(str(sid) for sid, r in results.items() if r.pending)
         if unsettled:
             raise KinesisSourceError(
                 f"Trigger.AvailableNow cannot fix its target: Kinesis served only empty pages "
@@ -262,23 +260,22 @@ class Planner:
                 "record is unknown. Start the query again (the next probe goes on from there)."
             )
         closed = frozenset(
-            shard_key(stream, s.shard_id)
+            ShardId(stream, s.shard_id)
             for stream, shards in listing.items()
             for s in shards
             if s.is_closed
         )
-        return Target({shard_key(*sid): r.tip for sid, r in results.items()}, closed)
+        return Target({sid: r.tip for sid, r in results.items()}, closed)
 
     async def _probe(self, start: Offset, max_records: int | None) -> Offset:
         listing = await self._listing(force=self._relist)
         self._relist = False
         positions = dict(start.shards)
-        for key in gone_shards(listing, start.shards):
-            stream, shard_id = split_shard_key(key)
-            report_shard_gone(stream, shard_id, start.shards[key], self._opts.fail_on_data_loss)
-            del positions[key]
+        for sid in gone_shards(listing, start.shards):
+            report_shard_gone(sid.stream, sid.shard, start.shards[sid], self._opts.fail_on_data_loss)
+            del positions[sid]
         starts = probe_starts(listing, positions)
-        caps: dict[tuple[str, str], str] = {}
+        caps: dict[ShardId, str] = {}
         if self._target is not None:
             starts, caps = self._target.bound(starts)
         results = await self._ends(starts, caps, max_records)
@@ -291,30 +288,29 @@ class Planner:
                 results = await self._ends(starts, caps, max_records)
         self.probes += 1
         lag = {}
-        for (stream, shard_id), result in results.items():
-            key = shard_key(stream, shard_id)
-            lag[key] = {"tip": result.tip, "millisBehindLatest": result.behind_ms}
+        for sid, result in results.items():
+            lag[str(sid)] = {"tip": result.tip, "millisBehindLatest": result.behind_ms}
             if result.gone:
-                positions.pop(key, None)  # reported by the probe; the listing will drop it
+                positions.pop(sid, None)  # reported by the probe; the listing will drop it
                 self._relist = True
             elif result.tip is not None:
-                positions[key] = Position.after(result.tip)
+                positions[sid] = Position.after(result.tip)
             elif result.ended:
-                positions[key] = Position.shard_end()
+                positions[sid] = Position.shard_end()
                 self._relist = True  # its children are what comes next
-            elif key not in positions:
+            elif sid not in positions:
                 # A newly eligible shard joins the offset at once, even empty, so that its
                 # parents can leave it.
-                positions[key] = starts[(stream, shard_id)]
+                positions[sid] = starts[sid]
         self._lag = lag
         return Offset(retire_finished(listing, positions, start.shards))
 
     async def _ends(
         self,
-        starts: dict[tuple[str, str], Position],
-        caps: dict[tuple[str, str], str],
+        starts: dict[ShardId, Position],
+        caps: dict[ShardId, str],
         max_records: int | None,
-    ) -> dict[tuple[str, str], ProbeResult]:
+    ) -> dict[ShardId, ProbeResult]:
         """Each shard's end for the next batch: its tip, or a fair cut under a read limit."""
         if max_records is None:
             return await self._prober_ready().probe_all(starts, caps)
@@ -348,20 +344,19 @@ def plan_ranges(start: Offset, end: Offset) -> list[ShardRange]:
     is read in that batch.
     """
     ranges = []
-    for key in sorted(end.shards):
-        to = end.shards[key]
-        frm = start.shards.get(key, Position.trim_horizon())
+    for sid in sorted(end.shards, key=str):  # partitions in the offset's (serialized) order
+        to = end.shards[sid]
+        frm = start.shards.get(sid, Position.trim_horizon())
         if to.kind != AFTER or to == frm:
             continue
-        stream, shard_id = split_shard_key(key)
-        if stream not in start.streams:
+        if sid.stream not in start.streams:
             continue
         assert to.seq is not None
-        ranges.append(ShardRange(stream, shard_id, frm, to.seq))
+        ranges.append(ShardRange(sid.stream, sid.shard, frm, to.seq))
     return ranges
 
 
-def _only_pending(results: Mapping[tuple[str, str], ProbeResult]) -> bool:
+def _only_pending(results: Mapping[ShardId, ProbeResult]) -> bool:
     """True when no shard moved and some only crossed empty pages (records may follow)."""
     return not any(r.tip or r.ended for r in results.values()) and any(
         r.pending for r in results.values()

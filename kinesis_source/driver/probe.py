@@ -31,7 +31,7 @@ from kinesis_source.errors import (
     report_shard_gone,
 )
 from kinesis_source.executor.cursor import check_opening, opening_position
-from kinesis_source.positions import Position, seq_key
+from kinesis_source.positions import Position, ShardId, seq_key
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +76,11 @@ class TailProber:
         self._kinesis = kinesis
         self._page_limit = page_limit
         self.fail_on_data_loss = fail_on_data_loss
-        # (stream, shard) -> (position string, iterator at that position, monotonic time)
-        self._continuations: dict[tuple[str, str], tuple[str, str, float]] = {}
+        # shard -> (position string, iterator at that position, monotonic time)
+        self._continuations: dict[ShardId, tuple[str, str, float]] = {}
 
     def _take(self, stream: str, shard: str, start: Position) -> str | None:
-        cached = self._continuations.pop((stream, shard), None)
+        cached = self._continuations.pop(ShardId(stream, shard), None)
         if cached is None:
             return None
         pos, iterator, made = cached
@@ -91,7 +91,7 @@ class TailProber:
     def keep(self, stream: str, shard: str, pos: Position, iterator: str | None) -> None:
         """Remember an iterator at ``pos``: the next probe from there costs one call."""
         if iterator is not None:
-            self._continuations[(stream, shard)] = (pos.to_str(), iterator, time.monotonic())
+            self._continuations[ShardId(stream, shard)] = (pos.to_str(), iterator, time.monotonic())
 
     async def first_page(self, stream: str, shard: str, start: Position, limit: int) -> Page:
         """The first page after ``start``: from the iterator a previous probe left there, else
@@ -194,17 +194,17 @@ class TailProber:
 
     async def probe_all(
         self,
-        starts: dict[tuple[str, str], Position],
-        caps: dict[tuple[str, str], str] | None = None,
+        starts: dict[ShardId, Position],
+        caps: dict[ShardId, str] | None = None,
         concurrency: int = 64,
-    ) -> dict[tuple[str, str], ProbeResult]:
+    ) -> dict[ShardId, ProbeResult]:
         """Probe many shards concurrently (``caps``: the newest record each may end at)."""
         gate = asyncio.Semaphore(concurrency)
         caps = caps or {}
 
-        async def one(key: tuple[str, str], start: Position) -> ProbeResult:
+        async def one(key: ShardId, start: Position) -> ProbeResult:
             async with gate:
-                return await self.probe(key[0], key[1], start, caps.get(key))
+                return await self.probe(key.stream, key.shard, start, caps.get(key))
 
         keys = list(starts)
         results = await asyncio.gather(*(one(key, starts[key]) for key in keys))
@@ -212,11 +212,11 @@ class TailProber:
 
     async def settle_all(
         self,
-        starts: dict[tuple[str, str], Position],
-        caps: dict[tuple[str, str], str] | None = None,
+        starts: dict[ShardId, Position],
+        caps: dict[ShardId, str] | None = None,
         timeout_s: float = SETTLE_TIMEOUT_S,
         pause_s: float = SETTLE_PAUSE_S,
-    ) -> dict[tuple[str, str], ProbeResult]:
+    ) -> dict[ShardId, ProbeResult]:
         """:meth:`probe_all`, repeated for the shards whose probe crossed only empty pages
         (each time on from where the last stopped) until every shard's tip, or that it has
         none, is known; shards still pending after ``timeout_s`` stay ``pending``."""

@@ -15,7 +15,7 @@ from kinesis_source.driver.probe import ProbeResult, TailProber
 from kinesis_source.errors import OptionError
 from kinesis_source.lineage import superseded
 from kinesis_source.option_values import InitialPosition, parse_initial_position
-from kinesis_source.positions import AFTER, AT, SHARD_END, Offset, Position, shard_key, split_shard_key
+from kinesis_source.positions import AFTER, AT, SHARD_END, Offset, Position, ShardId
 
 if TYPE_CHECKING:
     from kinesis_source.driver.application import Application
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def latest_position(stream: str, shard_id: str, found: ProbeResult, now: datetime) -> Position:
+def latest_position(sid: ShardId, found: ProbeResult, now: datetime) -> Position:
     """``LATEST`` for one shard: after its newest record (TRIM_HORIZON when it has none). A
     shard whose probe only crossed empty pages until the deadline starts at the resolution
     time instead: the records that arrive after it, by the server's arrival timestamps."""
@@ -33,13 +33,13 @@ def latest_position(stream: str, shard_id: str, found: ProbeResult, now: datetim
         log.warning(
             "Kinesis stream '%s' shard '%s' served only empty pages while LATEST was resolved; "
             "it starts at the records that arrived after %s",
-            stream, shard_id, now.isoformat(),
+            sid.stream, sid.shard, now.isoformat(),
         )
         return Position.at_timestamp(now)
     return Position.trim_horizon()
 
 
-def initial_for(spec: InitialPosition, stream: str, shard_id: str) -> str:
+def initial_for(spec: InitialPosition, sid: ShardId) -> str:
     if spec.kind == "TRIM_HORIZON":
         return Position.trim_horizon().to_str()
     if spec.kind == "LATEST":
@@ -48,22 +48,23 @@ def initial_for(spec: InitialPosition, stream: str, shard_id: str) -> str:
         assert spec.timestamp is not None
         return Position.at_timestamp(spec.timestamp).to_str()
     named = dict(spec.shards)
-    return named.get(shard_key(stream, shard_id), named.get(shard_id, "TRIM_HORIZON"))
+    # the user names a shard as '<stream>/<shardId>' or by its id alone
+    return named.get(str(sid), named.get(sid.shard, "TRIM_HORIZON"))
 
 
-def at_progress(wanted: Mapping[tuple[str, str], str]) -> set[str]:
-    """Offset keys of the shards whose wanted start is a point in their log (after or at a
-    record, or SHARD_END), not a starting point such as TRIM_HORIZON."""
+def at_progress(wanted: Mapping[ShardId, str]) -> set[ShardId]:
+    """The shards whose wanted start is a point in their log (after or at a record, or
+    SHARD_END), not a starting point such as TRIM_HORIZON."""
     return {
-        shard_key(stream, shard_id)
-        for (stream, shard_id), text in wanted.items()
+        sid
+        for sid, text in wanted.items()
         if text != "LATEST" and Position.parse(text).kind in (AT, AFTER, SHARD_END)
     }
 
 
 def check_named_shards(spec: InitialPosition, listing: dict[str, list[ShardInfo]]) -> None:
     known = {s.shard_id for shards in listing.values() for s in shards}
-    known |= {shard_key(st, s.shard_id) for st, shards in listing.items() for s in shards}
+    known |= {str(ShardId(st, s.shard_id)) for st, shards in listing.items() for s in shards}
     for key, value in spec.shards:
         if key not in known and value != "SHARD_END":  # an expired, finished shard is fine
             streams = ", ".join(listing)
@@ -89,34 +90,34 @@ async def resolve_positions(
     """``spec`` resolved per listed shard (of ``streams`` only, if given): LATEST after each
     tip (probes settle shards behind empty pages), a shard named by a descendant at a point
     in its log skipped as finished."""
-    wanted: dict[tuple[str, str], str] = {}
+    wanted: dict[ShardId, str] = {}
     for stream, shards in listing.items():
         if streams is not None and stream not in streams:
             continue
         for shard in shards:
-            wanted[(stream, shard.shard_id)] = initial_for(spec, stream, shard.shard_id)
+            sid = ShardId(stream, shard.shard_id)
+            wanted[sid] = initial_for(spec, sid)
     if spec.kind == "SHARDS":
         check_named_shards(spec, dict(listing))
         # A shard whose descendant is named at a point in its log (as `checkpoints export`
         # writes, which leaves out finished parents) was read to its end: not again.
         named = dict(spec.shards)
-        for key in superseded(listing, at_progress(wanted)):
-            stream, shard_id = split_shard_key(key)
-            if key not in named and shard_id not in named:  # named: as the user says
-                del wanted[(stream, shard_id)]
+        for sid in superseded(listing, at_progress(wanted)):
+            if str(sid) not in named and sid.shard not in named:  # named: as the user says
+                del wanted[sid]
     latest = {key: Position.trim_horizon() for key, v in wanted.items() if v == "LATEST"}
     now = datetime.now(timezone.utc)
     probed = await prober.settle_all(latest) if latest else {}
     positions = {}
-    for (stream, shard_id), text in wanted.items():
+    for sid, text in wanted.items():
         if text == "LATEST":
-            found = probed[(stream, shard_id)]
+            found = probed[sid]
             if found.gone:
                 continue  # expired since it was listed: nothing of it is left to read
-            pos = latest_position(stream, shard_id, found, now)
+            pos = latest_position(sid, found, now)
         else:
             pos = Position.parse(text)
-        positions[shard_key(stream, shard_id)] = pos
+        positions[sid] = pos
     log.info("initial positions resolved for %d shards (%s)", len(positions), spec)
     return Offset(positions)
 
@@ -172,7 +173,7 @@ class StartResolver:
         log.info("application %s starts at %s (stored in table %s)", name, shown, table)
         return resolved
 
-    def _add_streams(self, streams: list[str]) -> dict[str, Position]:
+    def _add_streams(self, streams: list[str]) -> dict[ShardId, Position]:
         """Start positions for streams added to an application that already has stored
         initial positions: option 'initialPosition' resolved for them alone, stored with the
         others (and the streams' identities), so every later start finds them."""
@@ -193,7 +194,7 @@ class StartResolver:
         )
         return dict(added.shards)
 
-    def entering(self, start: Offset) -> dict[str, Position] | None:
+    def entering(self, start: Offset) -> dict[ShardId, Position] | None:
         """Start positions of streams that have shards but none in ``start`` (Spark's
         checkpoint predates them), or None: they enter the offset in a batch of their own
         (``plan_ranges`` reads nothing of them there). A stream new to the application starts
@@ -212,5 +213,5 @@ class StartResolver:
         for stream in streams:
             if stream not in new or app.resolved is None:
                 for shard in listing.get(stream, []):
-                    positions.setdefault(shard_key(stream, shard.shard_id), Position.trim_horizon())
+                    positions.setdefault(ShardId(stream, shard.shard_id), Position.trim_horizon())
         return positions

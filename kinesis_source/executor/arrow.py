@@ -74,7 +74,7 @@ def user_records(
     ``hash_range`` is the shard's (first, last) hash key: user records of aggregates outside it
     are dropped (see :func:`kpl.expand`); None when the shard's range is unknown.
     """
-    out, _ = kpl.expand(records, f"{rng.stream}/{rng.shard_id}", on_corrupt, hash_range)
+    out, _ = kpl.expand(records, str(rng.shard), on_corrupt, hash_range)
     start = rng.start
     if start.kind == AFTER and start.sub_seq is not None:
         out = [

@@ -149,7 +149,7 @@ class SubscribeRangeReader(RangeReaderBase):
                 if isinstance(missing, ShardNotFoundError):
                     raise missing from exc
             raise KinesisSourceError(
-                f"Cannot subscribe to {rng.stream}/{rng.shard_id} with EFO consumer "
+                f"Cannot subscribe to {rng.shard} with EFO consumer "
                 f"{self._consumer_arn}: the stream or the consumer was not found ({exc})"
             ) from exc
 

@@ -16,6 +16,7 @@ from kinesis_source.checkpoints.format import Snapshot
 from kinesis_source.checkpoints.store import CheckpointStore
 from kinesis_source.errors import CheckpointError, KinesisSourceError, OptionError
 from kinesis_source.option_values import parse_initial_position
+from kinesis_source.positions import ShardId
 
 DEFAULT_TABLE = "kinesis_ddb_checkpoints"
 
@@ -107,10 +108,10 @@ def _show(args: argparse.Namespace) -> int:
             f"initial position {meta.initial_spec or '-'}"
         )
     rows = [["shard", "position", "owner", "epoch", "committed", "age"]]
-    for key, shard in sorted(snapshot.shards.items()):
+    for sid, shard in sorted(snapshot.shards.items(), key=lambda item: str(item[0])):
         rows.append(
             [
-                key,
+                str(sid),
                 shard.position.to_str(),
                 shard.owner or "-",
                 str(shard.epoch),
@@ -128,7 +129,7 @@ def _show(args: argparse.Namespace) -> int:
 def _export_positions(snapshot: Snapshot) -> dict[str, str]:
     positions = dict(snapshot.meta.resolved.shards) if snapshot.meta and snapshot.meta.resolved else {}
     positions.update(snapshot.positions())
-    return {k: positions[k].to_str() for k in sorted(positions)}
+    return dict(sorted((str(sid), pos.to_str()) for sid, pos in positions.items()))
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -206,7 +207,7 @@ def kcl_positions(items: list[dict], stream: str | None) -> dict[str, str]:
             print(f"lease {key}: checkpoint {checkpoint} has no position; starting at TRIM_HORIZON",
                   file=sys.stderr)
             position = "TRIM_HORIZON"
-        out[f"{key_stream}/{shard}"] = position
+        out[str(ShardId(key_stream, shard))] = position
     return dict(sorted(out.items()))
 
 

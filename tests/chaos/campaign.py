@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kinesis_source.positions import ShardId
 from tests.chaos.chaos_source import PAUSE_PHASES
 from tests.chaos.driver import SINK_PHASES, ChaosDriver
 from tests.chaos.harness import BackgroundProducer
@@ -147,7 +148,7 @@ def run_campaign(
             return want <= got
 
         wait_for(drained, timeout=300, interval=0.5, what="the last run to drain the stream")
-        tip = {f"{stream}/{sh}": pos for sh, pos in tips(sent).items()}
+        tip = {ShardId(stream, sh): pos for sh, pos in tips(sent).items()}
         wait_for(lambda: final.check_alive() and {k: v for k, v in stored(ddb, app).items() if k in tip} == tip,
                  timeout=120, what="DynamoDB to hold every shard's tip")
     finally:

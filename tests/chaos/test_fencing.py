@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from kinesis_source.positions import ShardId
 from tests.chaos import harness
 from tests.chaos.harness import BackgroundProducer
 from tests.support.checker import Delivery, check
@@ -45,7 +46,7 @@ def test_two_queries_one_application_exactly_one_survives(
         wait_for(lambda: queries[winner].isActive and both() >= {(p.shard_id, p.seq) for p in producer.sent[:mark]},
                  timeout=240, what="every record put so far to be read")
         sent = producer.stop()
-        want = {f"{stream}/{sh}": pos for sh, pos in tips(sent).items()}
+        want = {ShardId(stream, sh): pos for sh, pos in tips(sent).items()}
         wait_for(lambda: queries[winner].isActive and stored(ddb, app) == want, timeout=240,
                  what="the survivor to commit every shard's tip")
         survivors = [q.isActive for q in queries]

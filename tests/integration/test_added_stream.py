@@ -48,7 +48,7 @@ def test_added_stream_with_a_new_spark_checkpoint_starts_at_initial_position(
     meta = _reads_only_what_comes_after(spark, kinesis, ddb, a, b, old, options, tmp_path / "ck2")
     # stored with the other initial positions: the next start without a Spark checkpoint
     # finds them (after b's older records, not TRIM_HORIZON)
-    b_shards = {k: p for k, p in meta.resolved.shards.items() if k.startswith(f"{b}/")}
+    b_shards = {k: p for k, p in meta.resolved.shards.items() if k.stream == b}
     assert len(b_shards) == 2 and all(p.kind == "AFTER" for p in b_shards.values()), b_shards
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from kinesis_source.checkpoints.format import FORMAT_VERSION
 from kinesis_source.checkpoints.store import CheckpointStore
-from kinesis_source.positions import Offset, Position
+from kinesis_source.positions import Offset, Position, ShardId
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
 FORMATS = [1, 2, 3]
@@ -29,8 +29,8 @@ def fixture(version: int) -> dict:
     return json.loads((FIXTURES / f"format{version}.json").read_text())
 
 
-def positions(raw: dict[str, str]) -> dict[str, Position]:
-    return {k: Position.parse(v) for k, v in raw.items()}
+def positions(raw: dict[str, str]) -> dict[ShardId, Position]:
+    return {ShardId.parse(k): Position.parse(v) for k, v in raw.items()}
 
 
 def sort_keys(items: list[dict], prefix: str) -> set[str]:
@@ -87,9 +87,9 @@ def test_the_current_store_reads_every_format_as_written(ddb, table, version):
     assert meta.format_version == version
     # the owner and epoch of each shard's last commit are kept too (an AFTER:7 committed in
     # the first epoch and never since)
-    assert snap.shards["clicks.v2/shardId-000000000000"].epoch == 1
-    assert snap.shards["clicks.v2/shardId-000000000000"].owner == "golden-owner-1"
-    assert snap.shards["orders/shardId-000000000000"].owner == "golden-owner-2"
+    assert snap.shards[ShardId("clicks.v2", "shardId-000000000000")].epoch == 1
+    assert snap.shards[ShardId("clicks.v2", "shardId-000000000000")].owner == "golden-owner-1"
+    assert snap.shards[ShardId("orders", "shardId-000000000000")].owner == "golden-owner-2"
 
 
 # One commit after the upgrade: a 9-digit position moves on, a shard ends, a new child starts.
@@ -124,7 +124,7 @@ def test_a_current_claim_and_commit_carry_every_format_forward(ddb, table, versi
     assert again.meta.resolved == Offset(positions(want["initial"]))
     assert again.meta.initial_spec == want["initial_spec"]
     assert again.meta.format_version == FORMAT_VERSION
-    untouched = "orders/shardId-000000000001"
+    untouched = ShardId("orders", "shardId-000000000001")
     assert again.shards[untouched].owner == "golden-owner-2"  # a shard's history is kept
 
     items = stored_items(ddb, table, data["app"])

@@ -23,10 +23,15 @@ from kinesis_source.errors import (
     CheckpointTableError,
 )
 from kinesis_source.option_values import parse_initial_position
-from kinesis_source.positions import Offset, Position
+from kinesis_source.positions import Offset, Position, ShardId
 from tests.support.cli import cli
 
 SEQ = "49590338271490256608559692538361571095921575989136588898"
+
+
+def sid(shard, stream="s"):
+    """Shard ``shard`` of stream ``s`` (or of ``stream``)."""
+    return ShardId(stream, shard)
 
 
 @pytest.fixture
@@ -47,9 +52,9 @@ def test_claim_bumps_the_epoch_and_records_the_owner(store):
 def test_commit_and_snapshot_round_trip_56_digit_positions(store):
     epoch = store.claim("o", "h").epoch
     positions = {
-        "s/shardId-0": Position.after(SEQ),
-        "s/shardId-1": Position.shard_end(),
-        "t/shardId-0": Position.after("7", 2),
+        sid("shardId-0"): Position.after(SEQ),
+        sid("shardId-1"): Position.shard_end(),
+        sid("shardId-0", "t"): Position.after("7", 2),
     }
     assert store.commit(epoch, "o", positions) == 1
     snap = store.snapshot()
@@ -59,28 +64,28 @@ def test_commit_and_snapshot_round_trip_56_digit_positions(store):
 
 def test_a_position_never_moves_backwards(store):
     epoch = store.claim("o", "h").epoch
-    store.commit(epoch, "o", {"s/a": Position.after("100")})
-    store.commit(epoch, "o", {"s/a": Position.after("100")})  # same again is fine
+    store.commit(epoch, "o", {sid("a"): Position.after("100")})
+    store.commit(epoch, "o", {sid("a"): Position.after("100")})  # same again is fine
     with pytest.raises(CheckpointError) as err:
-        store.commit(epoch, "o", {"s/a": Position.after("99")})
+        store.commit(epoch, "o", {sid("a"): Position.after("99")})
     assert "Refused to move shard(s) s/a" in str(err.value) and store.app in str(err.value)
-    assert store.snapshot().positions() == {"s/a": Position.after("100")}
+    assert store.snapshot().positions() == {sid("a"): Position.after("100")}
     # integer order, not string order: "1000" is ahead of "999"
-    store.commit(epoch, "o", {"s/a": Position.after("1000")})
+    store.commit(epoch, "o", {sid("a"): Position.after("1000")})
     with pytest.raises(CheckpointError):
-        store.commit(epoch, "o", {"s/a": Position.after("999")})
+        store.commit(epoch, "o", {sid("a"): Position.after("999")})
 
 
 def test_an_older_epoch_is_fenced_naming_the_new_owner(store):
     old = store.claim("old-owner", "host-a").epoch
-    store.commit(old, "old-owner", {"s/a": Position.after("1")})
+    store.commit(old, "old-owner", {sid("a"): Position.after("1")})
     store.claim("new-owner", "host-b")
     with pytest.raises(CheckpointFencedError) as err:
-        store.commit(old, "old-owner", {"s/a": Position.after("2")})
+        store.commit(old, "old-owner", {sid("a"): Position.after("2")})
     message = str(err.value)
     assert store.app in message and store.table in message
     assert "new-owner" in message and "host-b" in message
-    assert store.snapshot().positions() == {"s/a": Position.after("1")}
+    assert store.snapshot().positions() == {sid("a"): Position.after("1")}
 
 
 def transactions(store):
@@ -97,10 +102,10 @@ def transactions(store):
 def test_a_thousand_positions_commit_in_one_call_and_one_shard_rewrites_one_item(store):
     epoch = store.claim("o", "h").epoch
     sent = transactions(store)
-    positions = {f"s/shardId-{i:012d}": Position.after(str(1000 + i)) for i in range(1000)}
+    positions = {sid(f"shardId-{i:012d}"): Position.after(str(1000 + i)) for i in range(1000)}
     assert store.commit(epoch, "o", positions) == 1  # the epoch check + one item per bucket
     assert sent == [1 + len({bucket_key(k) for k in positions})]
-    one = "s/shardId-000000000007"
+    one = sid("shardId-000000000007")
     assert store.commit(epoch, "o", {one: Position.after("5000")}) == 1
     assert sent[-1] == 2  # the check + the one bucket holding that shard
     assert store.commit(epoch, "o", {one: Position.after("5000")}) == 0  # unchanged: no call
@@ -113,7 +118,7 @@ def test_a_thousand_positions_commit_in_one_call_and_one_shard_rewrites_one_item
 
 def test_forgotten_finished_shards_leave_the_table_in_the_commit_that_names_them(store):
     epoch = store.claim("o", "h").epoch
-    parent, child, live = "s/shardId-000000000001", "s/shardId-000000000004", "s/shardId-000000000002"
+    parent, child, live = sid("shardId-000000000001"), sid("shardId-000000000004"), sid("shardId-000000000002")
     store.commit(epoch, "o", {
         parent: Position.shard_end(), child: Position.after("10"), live: Position.after("20"),
     })
@@ -125,19 +130,19 @@ def test_forgotten_finished_shards_leave_the_table_in_the_commit_that_names_them
     assert store.snapshot().positions() == want
     assert CheckpointStore(store.client, store.table, store.app).snapshot().positions() == want
     # forgetting alone is a write of its own; forgetting what is gone is none
-    store.commit(epoch, "o", {"s/shardId-000000000009": Position.shard_end()})
-    assert store.commit(epoch, "o", {}, forget=["s/shardId-000000000009"]) == 1
-    assert store.commit(epoch, "o", {}, forget=["s/shardId-000000000009", parent]) == 0
+    store.commit(epoch, "o", {sid("shardId-000000000009"): Position.shard_end()})
+    assert store.commit(epoch, "o", {}, forget=[sid("shardId-000000000009")]) == 1
+    assert store.commit(epoch, "o", {}, forget=[sid("shardId-000000000009"), parent]) == 0
     assert store.snapshot().positions() == want
 
 
 def test_forgetting_is_fenced_like_any_commit(store):
     epoch = store.claim("o", "h").epoch
-    store.commit(epoch, "o", {"s/p": Position.shard_end()})
+    store.commit(epoch, "o", {sid("p"): Position.shard_end()})
     store.claim("other", "h2")
     with pytest.raises(CheckpointFencedError):
-        store.commit(epoch, "o", {}, forget=["s/p"])
-    assert store.snapshot().positions() == {"s/p": Position.shard_end()}
+        store.commit(epoch, "o", {}, forget=[sid("p")])
+    assert store.snapshot().positions() == {sid("p"): Position.shard_end()}
 
 
 def put_format_1(store, epoch, rows):
@@ -155,34 +160,34 @@ def put_format_1(store, epoch, rows):
 
 
 def test_format_1_items_are_read_then_migrated_into_buckets(store):
-    rows = {f"s/shardId-{i}": Position.after(str(10 + i)) for i in range(30)}
-    rows["s/shardId-99"] = Position.shard_end()
+    rows = {sid(f"shardId-{i}"): Position.after(str(10 + i)) for i in range(30)}
+    rows[sid("shardId-99")] = Position.shard_end()
     put_format_1(store, 4, rows)
     snap = store.snapshot()
     assert snap.positions() == rows and snap.meta.format_version == 1
     assert snap.legacy == {item_key(k) for k in rows}
-    assert snap.shards["s/shardId-3"].owner == "old"
+    assert snap.shards[sid("shardId-3")].owner == "old"
     epoch = store.claim("new", "h").epoch
     assert epoch == 5 and store.snapshot().meta.format_version == FORMAT_VERSION
     assert store.migrate(epoch) == 1
     after = store.snapshot()
     assert after.positions() == rows and after.legacy == frozenset()
-    assert after.shards["s/shardId-3"].owner == "old"  # a shard's history is kept
+    assert after.shards[sid("shardId-3")].owner == "old"  # a shard's history is kept
     keys = {i["key"]["S"] for i in store.client.query(
         TableName=store.table, KeyConditionExpression="app = :a",
         ExpressionAttributeValues={":a": {"S": store.app}})["Items"]}
     assert not any(k.startswith("shard#") for k in keys)
     assert store.migrate(epoch) == 0
-    store.commit(epoch, "new", {"s/shardId-3": Position.after("100")})
-    assert store.snapshot().positions()["s/shardId-3"] == Position.after("100")
+    store.commit(epoch, "new", {sid("shardId-3"): Position.after("100")})
+    assert store.snapshot().positions()[sid("shardId-3")] == Position.after("100")
 
 
 def test_a_migration_cut_short_keeps_the_further_position(store):
     epoch = store.claim("o", "h").epoch
-    store.commit(epoch, "o", {"s/a": Position.after("50"), "s/b": Position.after("50")})
-    put_format_1(store, epoch, {"s/a": Position.after("70"), "s/b": Position.after("20")})
+    store.commit(epoch, "o", {sid("a"): Position.after("50"), sid("b"): Position.after("50")})
+    put_format_1(store, epoch, {sid("a"): Position.after("70"), sid("b"): Position.after("20")})
     positions = CheckpointStore(store.client, store.table, store.app).snapshot().positions()
-    assert positions == {"s/a": Position.after("70"), "s/b": Position.after("50")}
+    assert positions == {sid("a"): Position.after("70"), sid("b"): Position.after("50")}
 
 
 def test_a_newer_format_is_refused_and_left_as_it_is(store):
@@ -202,8 +207,8 @@ def test_a_newer_format_is_refused_and_left_as_it_is(store):
 
 def test_a_second_writer_under_the_same_epoch_is_refused_not_lost(store):
     epoch = store.claim("o", "h").epoch
-    first = "s/a"
-    second = next(f"s/x{i}" for i in range(1000) if bucket_key(f"s/x{i}") == bucket_key(first))
+    first = sid("a")
+    second = next(sid(f"x{i}") for i in range(1000) if bucket_key(sid(f"x{i}")) == bucket_key(first))
     other = CheckpointStore(store.client, store.table, store.app)
     other.snapshot()
     store.commit(epoch, "o", {first: Position.after("1")})
@@ -217,7 +222,7 @@ def test_a_second_writer_under_the_same_epoch_is_refused_not_lost(store):
 
 def test_initial_position_is_stored_once_resolved(store):
     epoch = store.claim("o", "h").epoch
-    resolved = Offset({"s/a": Position.after("5"), "s/b": Position.trim_horizon()})
+    resolved = Offset({sid("a"): Position.after("5"), sid("b"): Position.trim_horizon()})
     store.save_initial(epoch, "LATEST", resolved, {"s": "2026-01-01T00:00:00.000+00:00"})
     meta = store.snapshot().meta
     assert meta.initial_spec == "LATEST" and meta.resolved == resolved
@@ -228,7 +233,7 @@ def many_resolved(n):
     """Initial positions as LATEST resolves them over n shards: after each tip, or at
     TRIM_HORIZON for an empty shard."""
     return Offset({
-        f"s/shardId-{i:012d}": (
+        sid(f"shardId-{i:012d}"): (
             Position.trim_horizon() if i % 10 == 0 else Position.after(f"{SEQ[:-6]}{i:06d}")
         )
         for i in range(n)
@@ -275,12 +280,12 @@ def test_5000_initial_positions_are_stored_in_buckets_and_read_back_whole(store)
 
 def test_initial_positions_too_large_for_an_item_are_refused_naming_what_to_do(store):
     epoch = store.claim("o", "h").epoch
-    bucket = initial_bucket_key("s/k0")
+    bucket = initial_bucket_key(sid("k0"))
     keys = []
     i = 0
     while len(keys) < 5200:  # about 400 KB in one bucket
-        if initial_bucket_key(f"s/k{i}") == bucket:
-            keys.append(f"s/k{i}")
+        if initial_bucket_key(sid(f"k{i}")) == bucket:
+            keys.append(sid(f"k{i}"))
         i += 1
     with pytest.raises(CheckpointError) as err:
         store.save_initial(epoch, "LATEST", Offset({k: Position.after(SEQ) for k in keys}), {})
@@ -324,7 +329,7 @@ def test_a_save_cut_short_between_transactions_is_not_read(store, monkeypatch):
 
 def test_reset_deletes_the_stored_initial_positions(store):
     epoch = store.claim("o", "h").epoch
-    store.commit(epoch, "o", {"s/shardId-000000000001": Position.after("5")})
+    store.commit(epoch, "o", {sid("shardId-000000000001"): Position.after("5")})
     store.save_initial(epoch, "LATEST", many_resolved(5000), {"s": "t0"})
     store.reset("TRIM_HORIZON", by="tester")
     snap = reread(store)
@@ -337,13 +342,13 @@ def test_export_and_reset_of_the_cli_see_all_5000_initial_positions(store, tmp_p
     epoch = store.claim("o", "h").epoch
     resolved = many_resolved(5000)
     store.save_initial(epoch, "LATEST", resolved, {"s": "t0"})
-    committed = {"s/shardId-000000000001": Position.after("5"), "s/new": Position.shard_end()}
+    committed = {sid("shardId-000000000001"): Position.after("5"), sid("new"): Position.shard_end()}
     store.commit(epoch, "o", committed)
     where = ["--app", store.app, "--table", store.table]
     where += ["--endpoint-url", store.client.meta.endpoint_url]
     exported = tmp_path / "positions.json"
     cli("checkpoints", "export", *where, "-o", str(exported))
-    want = {k: p.to_str() for k, p in {**resolved.shards, **committed}.items()}
+    want = {str(k): p.to_str() for k, p in {**resolved.shards, **committed}.items()}
     assert json.loads(exported.read_text()) == want
     cli("checkpoints", "reset", *where, "--to", "TRIM_HORIZON", "--yes")
     snap = reread(store)
@@ -397,14 +402,14 @@ def test_the_previous_format_refuses_an_application_written_in_format_3(store, m
 
 def test_reset_fences_forgets_positions_and_stores_the_new_start(store):
     epoch = store.claim("o", "h").epoch
-    store.commit(epoch, "o", {"s/a": Position.after("5")})
-    store.save_initial(epoch, "TRIM_HORIZON", Offset({"s/a": Position.trim_horizon()}), {"s": "t0"})
+    store.commit(epoch, "o", {sid("a"): Position.after("5")})
+    store.save_initial(epoch, "TRIM_HORIZON", Offset({sid("a"): Position.trim_horizon()}), {"s": "t0"})
     store.reset("LATEST", by="tester")
     snap = store.snapshot()
     assert snap.shards == {} and snap.meta.initial_spec == "LATEST" and snap.meta.resolved is None
     assert snap.meta.streams == {}  # a reset accepts a re-created stream
     with pytest.raises(CheckpointFencedError):
-        store.commit(epoch, "o", {"s/a": Position.after("6")})
+        store.commit(epoch, "o", {sid("a"): Position.after("6")})
 
 
 def test_missing_table_without_create_is_named(ddb):

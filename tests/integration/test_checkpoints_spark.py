@@ -193,7 +193,7 @@ def test_commit_callbacks_both_ways_once_per_commit(
         # of DynamoDB commits, which must equal the number of callback invocations. The last
         # callback must have seen what DynamoDB holds: it runs just after the write, so until
         # then the counter of an earlier progress event can match the lines written so far.
-        final = {k: p.seq for k, p in stored(ddb, app).items()}
+        final = {str(k): p.seq for k, p in stored(ddb, app).items()}
 
         def settled():
             lines = fn_log.read_text().splitlines()
@@ -292,12 +292,12 @@ def test_cli_show_export_reset_round_trip(
 
     shown = cli("checkpoints", "show", *where).stdout
     for key, pos in committed.items():
-        assert key in shown and pos.to_str() in shown
+        assert str(key) in shown and pos.to_str() in shown
     assert "epoch" in shown
 
     exported = tmp_path / "positions.json"
     cli("checkpoints", "export", *where, "-o", str(exported))
-    assert json.loads(exported.read_text()) == {k: p.to_str() for k, p in committed.items()}
+    assert json.loads(exported.read_text()) == {str(k): p.to_str() for k, p in committed.items()}
 
     refused = cli("checkpoints", "reset", *where, "--to", "TRIM_HORIZON", check=False)
     assert refused.returncode == 2 and "without --yes" in refused.stderr

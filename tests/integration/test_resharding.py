@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import pytest
 
-from kinesis_source.positions import Position
+from kinesis_source.positions import Position, ShardId
 from tests.support.cli import cli
 from tests.support.committed import stored, tips
 from tests.support.producer import Producer
@@ -209,11 +209,11 @@ def test_a_finished_child_leaves_the_table_and_a_resume_from_dynamodb_reads_noth
         producer.put(20, hash_key=ga_key)
         producer.put(20, hash_key=gb_key)
         wait_for(lambda: sink.count() >= len(producer.sent), timeout=90, what="every record")
-        keys = {f"{stream}/{s}" for s in (root, b, ga, gb)}
+        keys = {ShardId(stream, s) for s in (root, b, ga, gb)}
         # the open shards' tips committed too, or the resume below would rightly re-read
         # the last batch
         open_tips = {
-            f"{stream}/{sh}": pos for sh, pos in tips(producer.sent).items() if sh in (b, ga, gb)
+            ShardId(stream, sh): pos for sh, pos in tips(producer.sent).items() if sh in (b, ga, gb)
         }
 
         def table_settled():
@@ -228,8 +228,8 @@ def test_a_finished_child_leaves_the_table_and_a_resume_from_dynamodb_reads_noth
         assert query.isActive
     first = sink.rows()
     table = stored(ddb, app)
-    assert table[f"{stream}/{root}"].is_shard_end  # in the stored initial positions: it stays
-    assert f"{stream}/{a}" not in table
+    assert table[ShardId(stream, root)].is_shard_end  # in the stored initial positions: it stays
+    assert ShardId(stream, a) not in table
 
     # A new Spark checkpoint: the query resumes from DynamoDB alone, and must find ``a``
     # finished through its committed children instead of reading it again.
@@ -241,7 +241,7 @@ def test_a_finished_child_leaves_the_table_and_a_resume_from_dynamodb_reads_noth
     # The round trip through a file: `export` no longer lists ``a``, and `reset --to-file`
     # must not start it again at TRIM_HORIZON (its children are named past their start).
     wait_for(
-        lambda: all(stored(ddb, app).get(f"{stream}/{sh}") == pos
+        lambda: all(stored(ddb, app).get(ShardId(stream, sh)) == pos
                     for sh, pos in tips(producer.sent).items() if sh in (b, ga)),
         timeout=60,
         what="DynamoDB to hold the new records' tips",
@@ -279,7 +279,7 @@ def test_a_parent_in_the_initial_offset_is_committed_finished_so_a_resume_after_
         app = options["applicationName"]
         with running(spark, options, tmp_path / "ck1") as (query, sink):
             wait_for(lambda: sink.count() >= 40, timeout=90, what="every record")
-            children_tips = {f"{stream}/{sh}": pos for sh, pos in tips(producer.sent).items()
+            children_tips = {ShardId(stream, sh): pos for sh, pos in tips(producer.sent).items()
                              if sh in (a, b)}
 
             def settled():
@@ -289,7 +289,7 @@ def test_a_parent_in_the_initial_offset_is_committed_finished_so_a_resume_after_
             wait_for(settled, timeout=60, what="the children's tips in DynamoDB")
             assert query.isActive
         table = stored(ddb, app)
-        assert table.get(f"{stream}/{root}", Position.shard_end()).is_shard_end, table
+        assert table.get(ShardId(stream, root), Position.shard_end()).is_shard_end, table
 
         where = ["--app", app, "--endpoint-url", options["dynamodbEndpointUrl"],
                  "--region", "us-east-1"]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from kinesis_source.checkpoints.store import CheckpointStore
-from kinesis_source.positions import Position, seq_key
+from kinesis_source.positions import Position, ShardId, seq_key
 from tests.support.waiting import wait_for
 
 TABLE = "kinesis_ddb_checkpoints"
 
 
-def stored(ddb, app) -> dict[str, Position]:
+def stored(ddb, app) -> dict[ShardId, Position]:
     """The committed positions of an application."""
     return CheckpointStore(ddb, TABLE, app).snapshot().positions()
 
@@ -25,7 +25,7 @@ def tips(sent) -> dict[str, Position]:
 
 def wait_committed(ddb, app, stream, sent, timeout=60):
     """Wait until DynamoDB holds, for every shard written, the position after its newest record."""
-    want = {f"{stream}/{sh}": pos for sh, pos in tips(sent).items()}
+    want = {ShardId(stream, sh): pos for sh, pos in tips(sent).items()}
     wait_for(
         lambda: {k: v for k, v in stored(ddb, app).items() if k in want} == want,
         timeout=timeout,

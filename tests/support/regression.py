@@ -6,7 +6,7 @@ import threading
 
 from kinesis_source.checkpoints.format import order_key
 from kinesis_source.checkpoints.store import CheckpointStore
-from kinesis_source.positions import Position
+from kinesis_source.positions import Position, ShardId
 from tests.support.committed import TABLE
 
 _SHARD_END_ORDER = order_key(Position.shard_end())
@@ -23,7 +23,7 @@ class RegressionWatch:
         self.regressions: list[str] = []
         self.observations = 0
         self.errors = 0
-        self.highest: dict[str, str] = {}
+        self.highest: dict[ShardId, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()

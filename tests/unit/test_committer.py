@@ -14,9 +14,14 @@ from kinesis_source.driver.application import Application
 from kinesis_source.driver.commits import Checkpointer
 from kinesis_source.errors import CheckpointFencedError
 from kinesis_source.options import SourceOptions
-from kinesis_source.positions import Offset, Position
+from kinesis_source.positions import Offset, Position, ShardId
 
 DEADLINE_S = 10
+
+
+def sid(shard):
+    """Shard ``shard`` of stream ``s``."""
+    return ShardId("s", shard)
 
 
 class MemoryStore:
@@ -24,7 +29,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.commits: list[dict] = []
-        self.forgotten: list[list[str]] = []
+        self.forgotten: list[list[ShardId]] = []
         self.epoch_checks = 0
         self.started = threading.Event()
         self.release = threading.Event()
@@ -58,7 +63,7 @@ def checkpointer():
 
 
 def offset(seq):
-    return Offset({"s/shardId-0": Position.after(seq)})
+    return Offset({sid("shardId-0"): Position.after(seq)})
 
 
 def test_the_commit_runs_while_the_probe_runs(checkpointer):
@@ -73,7 +78,7 @@ def test_the_commit_runs_while_the_probe_runs(checkpointer):
         return "end"
 
     assert checkpointer.before_planning(offset("10"), probe) == "end"
-    assert store.commits == [{"s/shardId-0": Position.after("10")}]
+    assert store.commits == [{sid("shardId-0"): Position.after("10")}]
     assert checkpointer.commit_calls == 1
 
 
@@ -85,7 +90,7 @@ def test_a_failed_commit_fails_the_call_even_when_the_probe_succeeded(checkpoint
     # not recorded as stored: the next call writes it again
     checkpointer.app.store.fail = None
     checkpointer.before_planning(offset("10"), lambda: "end")
-    assert checkpointer.app.store.commits == [{"s/shardId-0": Position.after("10")}]
+    assert checkpointer.app.store.commits == [{sid("shardId-0"): Position.after("10")}]
 
 
 def test_a_failed_probe_still_records_the_commit_it_waited_for(checkpointer):
@@ -94,7 +99,7 @@ def test_a_failed_probe_still_records_the_commit_it_waited_for(checkpointer):
 
     with pytest.raises(RuntimeError, match="Kinesis down"):
         checkpointer.before_planning(offset("10"), probe)
-    assert checkpointer.app.store.commits == [{"s/shardId-0": Position.after("10")}]
+    assert checkpointer.app.store.commits == [{sid("shardId-0"): Position.after("10")}]
     checkpointer.before_planning(offset("10"), lambda: "end")
     assert len(checkpointer.app.store.commits) == 1  # nothing moved since: no second write
 
@@ -135,42 +140,42 @@ END = Position.shard_end()
 def resharded(checkpointer, resolved):
     checkpointer.app.catalogue = Listing(RESHARDED)
     checkpointer.app.resolved = resolved
-    checkpointer.app.stored = {"s/shardId-0": END, "s/shardId-1": END, "s/shardId-2": Position.after("5")}
+    checkpointer.app.stored = {sid("shardId-0"): END, sid("shardId-1"): END, sid("shardId-2"): Position.after("5")}
     return checkpointer
 
 
 def test_a_retired_shard_created_after_the_start_is_forgotten_once_a_child_is_committed(
     checkpointer,
 ):
-    c = resharded(checkpointer, Offset({"s/shardId-0": Position.trim_horizon()}))
+    c = resharded(checkpointer, Offset({sid("shardId-0"): Position.trim_horizon()}))
     # shardId-1 left the offset, but its children are empty (not committed): it stays
-    c.commit(Offset({"s/shardId-2": Position.after("6"), "s/shardId-3": Position.trim_horizon(),
-                     "s/shardId-4": Position.trim_horizon()}))
+    c.commit(Offset({sid("shardId-2"): Position.after("6"), sid("shardId-3"): Position.trim_horizon(),
+                     sid("shardId-4"): Position.trim_horizon()}))
     assert c.app.store.forgotten[-1] == []
     # shardId-3 has its first record: shardId-1 goes in that same write
     c.before_planning(
-        Offset({"s/shardId-2": Position.after("6"), "s/shardId-3": Position.after("300"),
-                "s/shardId-4": Position.trim_horizon()}),
+        Offset({sid("shardId-2"): Position.after("6"), sid("shardId-3"): Position.after("300"),
+                sid("shardId-4"): Position.trim_horizon()}),
         lambda: "end",
     )
-    assert c.app.store.commits[-1] == {"s/shardId-3": Position.after("300")}
-    assert c.app.store.forgotten[-1] == ["s/shardId-1"]
+    assert c.app.store.commits[-1] == {sid("shardId-3"): Position.after("300")}
+    assert c.app.store.forgotten[-1] == [sid("shardId-1")]
     # shardId-0 stays: a resume starts from the stored initial positions (TRIM_HORIZON for it)
-    assert set(c.app.stored) == {"s/shardId-0", "s/shardId-2", "s/shardId-3"}
+    assert set(c.app.stored) == {sid("shardId-0"), sid("shardId-2"), sid("shardId-3")}
 
 
 def test_nothing_is_forgotten_without_stored_initial_positions(checkpointer):
     c = resharded(checkpointer, None)
-    c.commit(Offset({"s/shardId-2": Position.after("6"), "s/shardId-3": Position.after("300")}))
+    c.commit(Offset({sid("shardId-2"): Position.after("6"), sid("shardId-3"): Position.after("300")}))
     assert c.app.store.forgotten == [[]]
-    assert "s/shardId-1" in c.app.stored
+    assert sid("shardId-1") in c.app.stored
 
 
 def test_a_shard_still_in_the_offset_is_not_forgotten(checkpointer):
     c = resharded(checkpointer, Offset({}))  # no shard in the stored initial positions
-    c.commit(Offset({"s/shardId-1": END, "s/shardId-3": Position.after("300")}))
+    c.commit(Offset({sid("shardId-1"): END, sid("shardId-3"): Position.after("300")}))
     # shardId-0 (out of the offset, a child committed) goes; shardId-1, still in it, stays
-    assert c.app.store.forgotten == [["s/shardId-0"]]
+    assert c.app.store.forgotten == [[sid("shardId-0")]]
 
 
 def test_a_finished_shard_that_dynamodb_holds_short_of_its_end_is_committed_at_its_end(
@@ -180,10 +185,10 @@ def test_a_finished_shard_that_dynamodb_holds_short_of_its_end_is_committed_at_i
     (retired, its children tracked) while DynamoDB still holds it at its last record. The
     next commit writes its SHARD_END, so a resume after it expires finds it finished; a shard
     still in the offset, or with no descendant in it, is left alone."""
-    c = resharded(checkpointer, Offset({"s/shardId-0": Position.trim_horizon()}))
-    c.app.stored["s/shardId-1"] = Position.after("190")
-    c.app.stored["s/other"] = Position.after("7")  # not listed: nothing is known of it
-    c.commit(Offset({"s/shardId-2": Position.after("6"), "s/shardId-3": Position.trim_horizon(),
-                     "s/shardId-4": Position.trim_horizon()}))
-    assert c.app.store.commits[-1] == {"s/shardId-1": END, "s/shardId-2": Position.after("6")}
-    assert c.app.stored["s/other"] == Position.after("7")
+    c = resharded(checkpointer, Offset({sid("shardId-0"): Position.trim_horizon()}))
+    c.app.stored[sid("shardId-1")] = Position.after("190")
+    c.app.stored[sid("other")] = Position.after("7")  # not listed: nothing is known of it
+    c.commit(Offset({sid("shardId-2"): Position.after("6"), sid("shardId-3"): Position.trim_horizon(),
+                     sid("shardId-4"): Position.trim_horizon()}))
+    assert c.app.store.commits[-1] == {sid("shardId-1"): END, sid("shardId-2"): Position.after("6")}
+    assert c.app.stored[sid("other")] == Position.after("7")

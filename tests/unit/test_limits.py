@@ -8,7 +8,7 @@ from kinesis_source import kpl
 from kinesis_source.aws.kinesis import AsyncKinesis
 from kinesis_source.driver.limits import BudgetPlanner
 from kinesis_source.driver.probe import TailProber
-from kinesis_source.positions import Position, seq_key
+from kinesis_source.positions import Position, ShardId, seq_key
 from tests.unit.fake_kinesis import AsyncFake, FakeKinesis, FakeShard, log_of
 
 
@@ -20,10 +20,10 @@ def planner_for(shards, page_limit=10000):
 
 
 def plan(planner, starts, budget, turn=0, caps=None):
-    keyed = {("s", shard): pos for shard, pos in starts.items()}
-    capped = {("s", shard): cap for shard, cap in (caps or {}).items()}
+    keyed = {ShardId("s", shard): pos for shard, pos in starts.items()}
+    capped = {ShardId("s", shard): cap for shard, cap in (caps or {}).items()}
     results = asyncio.run(planner.plan(keyed, budget, turn, capped))
-    return {shard: results[("s", shard)] for _, shard in results}
+    return {shard: results[ShardId("s", shard)] for _, shard in results}
 
 
 def counts(shards, starts, results):

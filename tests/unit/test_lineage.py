@@ -4,9 +4,14 @@ import itertools
 
 from kinesis_source.aws.kinesis import ShardInfo
 from kinesis_source.lineage import droppable, probe_starts, retire_finished, superseded
-from kinesis_source.positions import Position
+from kinesis_source.positions import Position, ShardId
 
 TH, END = Position.trim_horizon(), Position.shard_end()
+
+
+def sid(shard, stream="s"):
+    """Shard ``shard`` of stream ``s`` (or of ``stream``)."""
+    return ShardId(stream, shard)
 
 # p split into c1 and c2; a and b merged into m
 SPLIT = [
@@ -22,7 +27,7 @@ MERGE = [
 
 
 def starts(shards, positions):
-    return {shard for (_, shard) in probe_starts({"s": shards}, {f"s/{k}": v for k, v in positions.items()})}
+    return {shard for (_, shard) in probe_starts({"s": shards}, {sid(k): v for k, v in positions.items()})}
 
 
 def test_children_wait_until_the_parent_is_at_shard_end():
@@ -32,9 +37,9 @@ def test_children_wait_until_the_parent_is_at_shard_end():
 
 
 def test_new_children_start_at_trim_horizon_once_the_parent_ended():
-    out = probe_starts({"s": SPLIT}, {"s/p": END})
-    assert out == {("s", "c1"): TH, ("s", "c2"): TH}
-    assert probe_starts({"s": SPLIT}, {"s/p": Position.after("5")}) == {("s", "p"): Position.after("5")}
+    out = probe_starts({"s": SPLIT}, {sid("p"): END})
+    assert out == {sid("c1"): TH, sid("c2"): TH}
+    assert probe_starts({"s": SPLIT}, {sid("p"): Position.after("5")}) == {sid("p"): Position.after("5")}
 
 
 def test_merge_child_waits_for_both_parents():
@@ -62,13 +67,13 @@ def retired(listing, positions, committed=None):
 
 def test_parent_retires_once_all_children_are_tracked():
     listing = {"s": SPLIT}
-    assert retired(listing, {"s/p": END, "s/c1": TH}) == {"s/p": END, "s/c1": TH}
-    assert retired(listing, {"s/p": END, "s/c1": TH, "s/c2": Position.after("1")}) == {
-        "s/c1": TH,
-        "s/c2": Position.after("1"),
+    assert retired(listing, {sid("p"): END, sid("c1"): TH}) == {sid("p"): END, sid("c1"): TH}
+    assert retired(listing, {sid("p"): END, sid("c1"): TH, sid("c2"): Position.after("1")}) == {
+        sid("c1"): TH,
+        sid("c2"): Position.after("1"),
     }
     # not at its end yet: stays
-    assert "s/p" in retired(listing, {"s/p": Position.after("1"), "s/c1": TH, "s/c2": TH})
+    assert sid("p") in retired(listing, {sid("p"): Position.after("1"), sid("c1"): TH, sid("c2"): TH})
 
 
 def test_a_parent_that_ends_in_this_batch_stays_until_its_end_is_committed():
@@ -77,14 +82,14 @@ def test_a_parent_that_ends_in_this_batch_stays_until_its_end_is_committed():
     end offset at SHARD_END (so the commit of that batch writes it to DynamoDB); it leaves the
     offset in the next batch. Retired at once, its SHARD_END never reached DynamoDB."""
     listing = {"s": SPLIT}
-    start = {"s/p": Position.after("99"), "s/c1": TH, "s/c2": TH}
-    end = {"s/p": END, "s/c1": TH, "s/c2": Position.after("150")}
+    start = {sid("p"): Position.after("99"), sid("c1"): TH, sid("c2"): TH}
+    end = {sid("p"): END, sid("c1"): TH, sid("c2"): Position.after("150")}
     assert retired(listing, end, committed=start) == end
-    assert retired(listing, end, committed=end) == {"s/c1": TH, "s/c2": Position.after("150")}
+    assert retired(listing, end, committed=end) == {sid("c1"): TH, sid("c2"): Position.after("150")}
 
 
 def test_unlisted_shard_at_its_end_leaves_the_offset():
-    assert retired({"s": SPLIT[1:]}, {"s/gone": END, "s/c1": TH}) == {"s/c1": TH}
+    assert retired({"s": SPLIT[1:]}, {sid("gone"): END, sid("c1"): TH}) == {sid("c1"): TH}
 
 
 def test_offset_stays_bounded_over_many_reshards():
@@ -92,7 +97,7 @@ def test_offset_stays_bounded_over_many_reshards():
     shards = [ShardInfo("g0", ending_seq="1")]
     for i in range(1, 51):
         shards.append(ShardInfo(f"g{i}", parent=f"g{i - 1}", ending_seq=None if i == 50 else "1"))
-    positions = {"s/g0": TH}
+    positions = {sid("g0"): TH}
     for _ in range(200):
         todo = probe_starts({"s": shards}, positions)
         if not todo:
@@ -100,19 +105,19 @@ def test_offset_stays_bounded_over_many_reshards():
         committed = dict(positions)
         for (_, shard) in todo:
             closed = next(s for s in shards if s.shard_id == shard).is_closed
-            positions[f"s/{shard}"] = END if closed else Position.after("5")
+            positions[sid(shard)] = END if closed else Position.after("5")
         positions = retired({"s": shards}, positions, committed)
         assert len(positions) <= 3
-    assert positions == {"s/g50": Position.after("5")}
+    assert positions == {sid("g50"): Position.after("5")}
 
 
 def test_gone_shards_are_tracked_unfinished_and_unlisted():
     from kinesis_source.lineage import gone_shards
 
     listing = {"s": SPLIT[1:]}  # p no longer listed
-    assert gone_shards(listing, {"s/p": Position.after("5"), "s/c1": TH}) == ["s/p"]
-    assert gone_shards(listing, {"s/p": END, "s/c1": TH}) == []
-    assert gone_shards(listing, {"t/x": Position.after("1")}) == []  # another stream's shard
+    assert gone_shards(listing, {sid("p"): Position.after("5"), sid("c1"): TH}) == [sid("p")]
+    assert gone_shards(listing, {sid("p"): END, sid("c1"): TH}) == []
+    assert gone_shards(listing, {sid("x", "t"): Position.after("1")}) == []  # another stream's shard
 
 
 # p split into c1 and c2, then c1 split into g1 and g2, and c2 merged with q into m
@@ -133,7 +138,7 @@ def committed_states(shards):
     for choice in itertools.product((None, "mid", "end"), repeat=len(ids)):
         state = {i: c for i, c in zip(ids, choice, strict=True) if c}
         yield {
-            f"s/{i}": (END if c == "end" else Position.after("7")) for i, c in state.items()
+            sid(i): (END if c == "end" else Position.after("7")) for i, c in state.items()
         }
 
 
@@ -155,30 +160,30 @@ def test_dropping_a_droppable_shard_never_changes_where_a_resume_reads():
 
 def test_a_parent_stays_until_a_child_is_committed():
     listing = {"s": SPLIT}
-    assert droppable(listing, {"s/p": END}, ["s/p"]) == []
-    assert droppable(listing, {"s/p": END, "s/c1": Position.after("3")}, ["s/p"]) == ["s/p"]
+    assert droppable(listing, {sid("p"): END}, [sid("p")]) == []
+    assert droppable(listing, {sid("p"): END, sid("c1"): Position.after("3")}, [sid("p")]) == [sid("p")]
     # the merge child is committed: both of its parents can go
-    merged = {"s/a": END, "s/b": END, "s/m": Position.after("1")}
-    assert droppable({"s": MERGE}, merged, ["s/a", "s/b"]) == ["s/a", "s/b"]
+    merged = {sid("a"): END, sid("b"): END, sid("m"): Position.after("1")}
+    assert droppable({"s": MERGE}, merged, [sid("a"), sid("b")]) == [sid("a"), sid("b")]
 
 
 def test_an_expired_shard_can_go_but_nothing_of_an_unlisted_stream():
-    assert droppable({"s": [ShardInfo("c1", parent="gone")]}, {"s/gone": END}, ["s/gone"]) == [
-        "s/gone"
+    assert droppable({"s": [ShardInfo("c1", parent="gone")]}, {sid("gone"): END}, [sid("gone")]) == [
+        sid("gone")
     ]
-    assert droppable({"s": []}, {"s/p": END}, ["s/p"]) == []
-    assert droppable({}, {"s/p": END}, ["s/p"]) == []
+    assert droppable({"s": []}, {sid("p"): END}, [sid("p")]) == []
+    assert droppable({}, {sid("p"): END}, [sid("p")]) == []
 
 
 def test_a_shard_with_a_tracked_descendant_is_superseded_and_the_rest_is_not():
-    assert superseded({"s": SPLIT}, {"s/c1"}) == {"s/p"}
-    assert superseded({"s": MERGE}, {"s/m"}) == {"s/a", "s/b"}
-    assert superseded({"s": CHAIN}, {"s/g1"}) == {"s/p", "s/c1"}
-    assert superseded({"s": CHAIN}, {"s/m"}) == {"s/p", "s/q", "s/c2"}
-    assert superseded({"s": CHAIN}, {"s/p", "s/g1"}) == {"s/c1"}  # tracked itself: not
+    assert superseded({"s": SPLIT}, {sid("c1")}) == {sid("p")}
+    assert superseded({"s": MERGE}, {sid("m")}) == {sid("a"), sid("b")}
+    assert superseded({"s": CHAIN}, {sid("g1")}) == {sid("p"), sid("c1")}
+    assert superseded({"s": CHAIN}, {sid("m")}) == {sid("p"), sid("q"), sid("c2")}
+    assert superseded({"s": CHAIN}, {sid("p"), sid("g1")}) == {sid("c1")}  # tracked itself: not
     assert superseded({"s": CHAIN}, set()) == set()
     # and probe_starts agrees: leaving the superseded shards out changes nothing
-    for tracked in ({"s/g1"}, {"s/m"}, {"s/g1", "s/m"}):
+    for tracked in ({sid("g1")}, {sid("m")}, {sid("g1"), sid("m")}):
         start = {k: Position.after("7") for k in tracked}
         with_ends = {**start, **{k: END for k in superseded({"s": CHAIN}, tracked)}}
         assert probe_starts({"s": CHAIN}, start) == probe_starts({"s": CHAIN}, with_ends)

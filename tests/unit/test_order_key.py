@@ -4,8 +4,8 @@ import datetime
 
 import pytest
 
-from kinesis_source.checkpoints.format import advances, item_key, offset_key_of, order_key
-from kinesis_source.positions import Position
+from kinesis_source.checkpoints.format import advances, item_key, order_key, shard_of_item_key
+from kinesis_source.positions import Position, ShardId
 
 SEQ = "49590338271490256608559692538361571095921575989136588898"
 
@@ -45,8 +45,9 @@ def test_advances():
 
 
 def test_item_keys_round_trip():
-    assert item_key("my.stream/shardId-000000000001") == "shard#my.stream#shardId-000000000001"
-    assert offset_key_of("shard#my.stream#shardId-000000000001") == "my.stream/shardId-000000000001"
+    sid = ShardId("my.stream", "shardId-000000000001")
+    assert item_key(sid) == "shard#my.stream#shardId-000000000001"
+    assert shard_of_item_key("shard#my.stream#shardId-000000000001") == sid
 
 
 def test_kcl_lease_items_become_positions():
@@ -95,9 +96,11 @@ def test_bucket_keys_are_the_ones_the_format_2_release_wrote():
     caught: ``BUCKETS = 32`` in kinesis_source/checkpoints.py."""
     from kinesis_source.checkpoints.format import bucket_key, initial_bucket_key
 
-    assert {k: bucket_key(k) for k in GOLDEN_BUCKETS} == GOLDEN_BUCKETS
-    assert {k: initial_bucket_key(k) for k in GOLDEN_INITIAL_BUCKETS} == GOLDEN_INITIAL_BUCKETS
-    used = {bucket_key(f"s/shardId-{i:012d}") for i in range(1000)}
+    assert {k: bucket_key(ShardId.parse(k)) for k in GOLDEN_BUCKETS} == GOLDEN_BUCKETS
+    assert {
+        k: initial_bucket_key(ShardId.parse(k)) for k in GOLDEN_INITIAL_BUCKETS
+    } == GOLDEN_INITIAL_BUCKETS
+    used = {bucket_key(ShardId("s", f"shardId-{i:012d}")) for i in range(1000)}
     assert used == {f"shards#{n:02d}" for n in range(64)}
 
 
@@ -118,7 +121,7 @@ def test_the_golden_fixtures_hold_each_shard_in_the_bucket_it_belongs_to():
             kind = key.partition("#")[0] + "#"
             if kind in kinds:
                 for offset_key in json.loads(item["positions"]["S"]):
-                    assert kinds[kind](offset_key) == key, (name, offset_key)
+                    assert kinds[kind](ShardId.parse(offset_key)) == key, (name, offset_key)
                     if name == "format2.json":
                         format2_buckets[offset_key] = key
     assert format2_buckets == GOLDEN_BUCKETS
@@ -140,8 +143,8 @@ def test_initial_buckets_are_numbered_as_the_position_buckets():
     from kinesis_source.checkpoints.format import bucket_key, initial_bucket_key
 
     for i in range(200):
-        key = f"s/shardId-{i:012d}"
-        assert initial_bucket_key(key) == "initial#" + bucket_key(key).removeprefix("shards#")
+        sid = ShardId("s", f"shardId-{i:012d}")
+        assert initial_bucket_key(sid) == "initial#" + bucket_key(sid).removeprefix("shards#")
 
 
 class RecordingClient:
@@ -168,7 +171,7 @@ def test_the_meta_item_names_the_initial_positions_only_in_the_last_transaction(
     store = CheckpointStore(client, "t", "app")
     stale = "initial#99"  # an item of an earlier set, as the last snapshot saw it
     store.writer.initial_keys = {stale}
-    resolved = Offset({f"s/shardId-{i:012d}": Position.after(SEQ) for i in range(300)})
+    resolved = Offset({ShardId("s", f"shardId-{i:012d}"): Position.after(SEQ) for i in range(300)})
     store.save_initial(7, "LATEST", resolved, {"s": "t0"})
 
     *earlier, last = client.transactions
@@ -182,7 +185,7 @@ def test_the_meta_item_names_the_initial_positions_only_in_the_last_transaction(
     puts = [op["Put"]["Item"] for op in ops if "Put" in op]
     assert {p["initialId"]["S"] for p in puts} == {set_id}
     stored = {k: v for p in puts for k, v in json.loads(p["positions"]["S"]).items()}
-    assert stored == {k: p.to_str() for k, p in resolved.shards.items()}
+    assert stored == {str(k): p.to_str() for k, p in resolved.shards.items()}
     assert {p["key"]["S"] for p in puts} == {initial_bucket_key(k) for k in resolved.shards}
     assert [op["Delete"]["Key"]["key"]["S"] for op in ops if "Delete" in op] == [stale]
     assert store.writer.initial_keys == {p["key"]["S"] for p in puts}

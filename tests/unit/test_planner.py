@@ -11,7 +11,7 @@ from kinesis_source.driver.planner import Planner, plan_ranges
 from kinesis_source.driver.probe import TailProber
 from kinesis_source.errors import DataLossError
 from kinesis_source.options import SourceOptions
-from kinesis_source.positions import Offset, Position, ShardRange, seq_key
+from kinesis_source.positions import Offset, Position, ShardId, ShardRange, seq_key
 from tests.unit.fake_kinesis import AsyncFake, FakeKinesis, FakeShard, log_of
 
 
@@ -131,7 +131,7 @@ def test_empty_shard_has_no_tip():
 def test_probe_all_covers_every_shard():
     shards = {f"sh{i}": FakeShard(log_of(50 + i, offset=i)) for i in range(5)}
     fake, kinesis, prober = prober_for(shards)
-    starts = {("s", k): Position.trim_horizon() for k in shards}
+    starts = {ShardId("s", k): Position.trim_horizon() for k in shards}
     results = asyncio.run(prober.probe_all(starts))
     assert {k[1]: r.tip for k, r in results.items()} == {
         k: v.records[-1][0] for k, v in shards.items()
@@ -139,13 +139,19 @@ def test_probe_all_covers_every_shard():
 
 
 def test_plan_ranges_from_two_offsets():
-    start = Offset({"s/a": Position.after("10"), "s/b": Position.after("5"), "s/c": Position.trim_horizon()})
+    start = Offset(
+        {
+            ShardId("s", "a"): Position.after("10"),
+            ShardId("s", "b"): Position.after("5"),
+            ShardId("s", "c"): Position.trim_horizon(),
+        }
+    )
     end = Offset(
         {
-            "s/a": Position.after("20"),
-            "s/b": Position.after("5"),  # unchanged: no range
-            "s/c": Position.shard_end(),  # ended with no records: no range
-            "s/d": Position.after("3"),  # new shard: from TRIM_HORIZON
+            ShardId("s", "a"): Position.after("20"),
+            ShardId("s", "b"): Position.after("5"),  # unchanged: no range
+            ShardId("s", "c"): Position.shard_end(),  # ended with no records: no range
+            ShardId("s", "d"): Position.after("3"),  # new shard: from TRIM_HORIZON
         }
     )
     assert plan_ranges(start, end) == [
@@ -166,8 +172,8 @@ def test_plan_ranges_is_deterministic(start, want):
     """The ranges planned from two offsets are the same after the offsets' JSON round trip (a
     replayed batch reads Spark's offset log), and they are the ranges written out here: with
     only a comparison of the two, a plan_ranges returning [] (or a wrong range) passed."""
-    a = Offset({"s/a": start, "t/b": Position.after("5")})
-    b = Offset({"s/a": Position.after("1000000000"), "t/b": Position.after("7")})
+    a = Offset({ShardId("s", "a"): start, ShardId("t", "b"): Position.after("5")})
+    b = Offset({ShardId("s", "a"): Position.after("1000000000"), ShardId("t", "b"): Position.after("7")})
     expected = [
         ("s", "a", want, "1000000000"),
         ("t", "b", "AFTER:5", "7"),
@@ -175,6 +181,13 @@ def test_plan_ranges_is_deterministic(start, want):
     for start_offset, end_offset in ((a, b), (Offset.from_json(a.to_json()), Offset.from_json(b.to_json()))):
         got = plan_ranges(start_offset, end_offset)
         assert [(r.stream, r.shard_id, r.start.to_str(), r.end_seq) for r in got] == expected
+
+
+def test_plan_ranges_come_in_the_offsets_text_order():
+    """Partitions follow the offset's JSON keys ("a-b/x" before "a/x"), not tuple order."""
+    start = Offset({ShardId("a", "x"): Position.trim_horizon(), ShardId("a-b", "x"): Position.trim_horizon()})
+    end = Offset({ShardId("a", "x"): Position.after("1"), ShardId("a-b", "x"): Position.after("2")})
+    assert [str(r.shard) for r in plan_ranges(start, end)] == ["a-b/x", "a/x"]
 
 
 def test_records_of_one_millisecond_are_one_batch_not_one_each():
@@ -211,18 +224,21 @@ def test_untrimmed_start_is_not_data_loss():
 def test_available_now_target_bounds_which_shards_are_probed():
     from kinesis_source.driver.planner import Target
 
-    target = Target({"s/a": "100", "s/b": None, "s/c": "50", "s/d": "70"}, frozenset({"s/z"}))
+    target = Target(
+        {ShardId("s", "a"): "100", ShardId("s", "b"): None, ShardId("s", "c"): "50", ShardId("s", "d"): "70"},
+        frozenset({ShardId("s", "z")}),
+    )
     starts = {
-        ("s", "a"): Position.after("99"),  # before its cap: probed, capped
-        ("s", "b"): Position.trim_horizon(),  # empty when the run started
-        ("s", "c"): Position.after("50"),  # at its cap: done
-        ("s", "d"): Position.after("70", 2),  # inside the cap's aggregate: the rest is in
-        ("s", "z"): Position.after("5"),  # closed at the start: to its end, no cap
-        ("s", "new"): Position.trim_horizon(),  # created during the run: all newer
+        ShardId("s", "a"): Position.after("99"),  # before its cap: probed, capped
+        ShardId("s", "b"): Position.trim_horizon(),  # empty when the run started
+        ShardId("s", "c"): Position.after("50"),  # at its cap: done
+        ShardId("s", "d"): Position.after("70", 2),  # inside the cap's aggregate: the rest is in
+        ShardId("s", "z"): Position.after("5"),  # closed at the start: to its end, no cap
+        ShardId("s", "new"): Position.trim_horizon(),  # created during the run: all newer
     }
     kept, caps = target.bound(starts)
-    assert set(kept) == {("s", "a"), ("s", "d"), ("s", "z")}
-    assert caps == {("s", "a"): "100", ("s", "d"): "70"}
+    assert set(kept) == {ShardId("s", "a"), ShardId("s", "d"), ShardId("s", "z")}
+    assert caps == {ShardId("s", "a"): "100", ShardId("s", "d"): "70"}
 
 
 def test_sparse_shard_probe_goes_on_across_empty_pages_and_shows_its_lag():
@@ -246,7 +262,7 @@ def test_sparse_shard_probe_goes_on_across_empty_pages_and_shows_its_lag():
 def test_settle_all_finds_the_tip_behind_empty_pages_in_one_call():
     recs = log_of(20)
     fake, kinesis, prober = prober_for({"a": FakeShard(recs, gaps={0: 12}), "b": FakeShard(recs)})
-    starts = {("s", "a"): Position.trim_horizon(), ("s", "b"): Position.trim_horizon()}
+    starts = {ShardId("s", "a"): Position.trim_horizon(), ShardId("s", "b"): Position.trim_horizon()}
     results = asyncio.run(prober.settle_all(starts, pause_s=0))
     assert {k: r.tip for k, r in results.items()} == {k: recs[-1][0] for k in starts}
 
@@ -254,8 +270,8 @@ def test_settle_all_finds_the_tip_behind_empty_pages_in_one_call():
 def test_settle_all_gives_up_at_its_deadline_leaving_the_shard_pending():
     recs = log_of(20)
     fake, kinesis, prober = prober_for({"a": FakeShard(recs, gaps={0: 10_000})})
-    results = asyncio.run(prober.settle_all({("s", "a"): Position.trim_horizon()}, timeout_s=0))
-    assert results[("s", "a")].pending and results[("s", "a")].tip is None
+    results = asyncio.run(prober.settle_all({ShardId("s", "a"): Position.trim_horizon()}, timeout_s=0))
+    assert results[ShardId("s", "a")].pending and results[ShardId("s", "a")].tip is None
 
 
 def test_probe_of_a_shard_gone_since_the_listing_is_data_loss_or_gone():
@@ -290,8 +306,8 @@ def test_hash_ranges_lists_the_shards_once_and_keys_them_like_offsets():
     fake = FakeKinesis({"a": FakeShard(hash_range=(0, 99)), "b": FakeShard()})
     planner = planner_on(fake)
     try:
-        assert planner.hash_ranges() == {"s/a": (0, 99), "s/b": None}
-        assert planner.hash_ranges() == {"s/a": (0, 99), "s/b": None}
+        assert planner.hash_ranges() == {ShardId("s", "a"): (0, 99), ShardId("s", "b"): None}
+        assert planner.hash_ranges() == {ShardId("s", "a"): (0, 99), ShardId("s", "b"): None}
         assert fake.calls.count("ListShards") == 1
     finally:
         planner.close()

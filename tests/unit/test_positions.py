@@ -8,11 +8,10 @@ from kinesis_source.errors import PositionError
 from kinesis_source.positions import (
     Offset,
     Position,
+    ShardId,
     ShardRange,
     seq_key,
     seq_max,
-    shard_key,
-    split_shard_key,
 )
 
 # Real Kinesis sequence numbers have 56 digits.
@@ -104,8 +103,8 @@ def test_iterator_args():
 
 
 def test_offset_json_is_canonical_and_round_trips():
-    a = Offset({shard_key("s", "shardId-2"): Position.after(SEQ_B), "s/shardId-1": Position.after("9")})
-    b = Offset({"s/shardId-1": Position.after("9"), shard_key("s", "shardId-2"): Position.after(SEQ_B)})
+    a = Offset({ShardId("s", "shardId-2"): Position.after(SEQ_B), ShardId("s", "shardId-1"): Position.after("9")})
+    b = Offset({ShardId("s", "shardId-1"): Position.after("9"), ShardId("s", "shardId-2"): Position.after(SEQ_B)})
     assert a.to_json() == b.to_json()
     assert list(a.to_dict()["shards"]) == ["s/shardId-1", "s/shardId-2"]
     assert list(a.to_dict()) == sorted(a.to_dict())
@@ -122,8 +121,32 @@ def test_offset_rejects_unknown_version_and_bad_keys():
         Offset.from_dict({"version": 1})
 
 
-def test_shard_key_split_keeps_stream_names_with_dots():
-    assert split_shard_key(shard_key("my.stream-1", "shardId-000000000001")) == (
+def test_shard_id_text_round_trip_keeps_stream_names_with_dots():
+    assert ShardId.parse(str(ShardId("my.stream-1", "shardId-000000000001"))) == (
         "my.stream-1",
         "shardId-000000000001",
     )
+
+
+def test_shard_id_text_form_is_the_offset_key():
+    sid = ShardId("orders", "shardId-000000000001")
+    assert str(sid) == f"{sid}" == "orders/shardId-000000000001"
+    stream, shard = sid  # still a (stream, shardId) tuple: callbacks unpack CommitInfo keys
+    assert (stream, shard) == sid == ("orders", "shardId-000000000001")
+    assert {("orders", "shardId-000000000001"): 1}[sid] == 1
+
+
+@pytest.mark.parametrize("key", ["no-slash", "/shardId-1", "s/", ""])
+def test_malformed_shard_keys_are_rejected_naming_the_key(key):
+    with pytest.raises(PositionError) as err:
+        ShardId.parse(key)
+    assert str(err.value) == f"offset key {key!r} is not '<stream>/<shardId>'"
+
+
+def test_offset_json_sorts_shards_by_their_text_not_their_tuple():
+    """("a", "x") < ("a-b", "x") as tuples, but "a-b/x" < "a/x" as text: the JSON (which Spark
+    compares as a string, and which checkpoints hold) keeps the text order it always had."""
+    offset = Offset({ShardId("a", "x"): Position.after("1"), ShardId("a-b", "x"): Position.trim_horizon()})
+    assert offset.to_json() == '{"shards":{"a-b/x":"TRIM_HORIZON","a/x":"AFTER:1"},"version":1}'
+    assert list(offset.to_dict()["shards"]) == ["a-b/x", "a/x"]
+    assert Offset.from_json(offset.to_json()) == offset

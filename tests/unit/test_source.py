@@ -7,7 +7,7 @@ from kinesis_source import source
 from kinesis_source.aws.clients import AwsSettings
 from kinesis_source.executor import RangePartition
 from kinesis_source.options import SourceOptions
-from kinesis_source.positions import Offset, Position, ShardRange
+from kinesis_source.positions import Offset, Position, ShardId, ShardRange
 from tests.support.aggregates import aggregate
 from tests.unit.fake_kinesis import FakeKinesis, FakeShard, log_of
 from tests.unit.test_planner import planner_on
@@ -19,10 +19,9 @@ def test_partitions_carry_their_shards_hash_range_to_the_executor():
     opts = SourceOptions.parse({"streamName": "s", "applicationName": "app", "region": "us-east-1"})
     reader = source.KinesisStreamReader(opts, planner=planner)
     try:
-        start = Offset({"s/a": Position.trim_horizon(), "s/b": Position.trim_horizon()})
-        end = Offset(
-            {"s/a": Position.after("5"), "s/b": Position.after("7"), "s/gone": Position.after("1")}
-        )
+        a, b, gone = ShardId("s", "a"), ShardId("s", "b"), ShardId("s", "gone")
+        start = Offset({a: Position.trim_horizon(), b: Position.trim_horizon()})
+        end = Offset({a: Position.after("5"), b: Position.after("7"), gone: Position.after("1")})
         parts = reader.partitions(start.to_dict(), end.to_dict())
         assert {(p.range.shard_id, p.hash_range) for p in parts} == {
             ("a", (0, 99)),

@@ -23,11 +23,12 @@ from kinesis_source.checkpoints import format as checkpoint_format
 from kinesis_source.checkpoints.format import bucket_key
 from kinesis_source.checkpoints.store import CheckpointStore
 from kinesis_source.errors import CheckpointError
-from kinesis_source.positions import Offset, Position
+from kinesis_source.positions import Offset, Position, ShardId
 
 TABLE = "ckpt"
 APP = "app-1"
 META = {"app": {"S": APP}, "key": {"S": "meta"}}
+A, B = ShardId("s", "a"), ShardId("s", "b")
 
 
 class Recorded:
@@ -56,7 +57,7 @@ class Recorded:
         legacy = legacy or {}
         buckets: dict[str, dict] = {}
         for key, pos in positions.items():
-            buckets.setdefault(bucket_key(key), {})[key] = {
+            buckets.setdefault(bucket_key(ShardId.parse(key)), {})[key] = {
                 "committedAt": "2026-01-01T00:00:00.000+00:00", "epoch": epoch,
                 "owner": "o", "position": pos,
             }
@@ -119,7 +120,7 @@ def test_a_commit_is_fenced_by_the_callers_epoch(ddb):
     ddb.table_holds(7, {"s/a": "AFTER:10"})
     ddb.transaction_succeeds()
     store = CheckpointStore(ddb.client, TABLE, APP)
-    assert store.commit(7, "o", {"s/a": Position.after("11"), "s/b": Position.shard_end()}) == 1
+    assert store.commit(7, "o", {A: Position.after("11"), B: Position.shard_end()}) == 1
     [transaction] = ddb.transactions()
     assert_fenced(transaction, 7)
     assert written_positions([transaction]) == {"s/a": "AFTER:11", "s/b": "SHARD_END"}
@@ -131,20 +132,20 @@ def test_every_transaction_of_a_large_commit_is_fenced(ddb, monkeypatch):
     ddb.table_holds(3, {})
     ddb.transaction_succeeds(times=64)
     store = CheckpointStore(ddb.client, TABLE, APP)
-    positions = {f"s/shardId-{i:012d}": Position.after(f"{S56[:-3]}{i:03d}") for i in range(300)}
+    positions = {ShardId("s", f"shardId-{i:012d}"): Position.after(f"{S56[:-3]}{i:03d}") for i in range(300)}
     calls = store.commit(3, "o", positions)
     transactions = ddb.transactions()
     assert calls == len(transactions) > 1
     for transaction in transactions:
         assert_fenced(transaction, 3)
-    assert written_positions(transactions) == {k: p.to_str() for k, p in positions.items()}
+    assert written_positions(transactions) == {str(k): p.to_str() for k, p in positions.items()}
 
 
 def test_forgetting_and_migrating_are_fenced(ddb):
     ddb.table_holds(5, {"s/p": "SHARD_END", "s/c": "AFTER:1"})
     ddb.transaction_succeeds()
     store = CheckpointStore(ddb.client, TABLE, APP)
-    assert store.commit(5, "o", {}, forget=["s/p"]) == 1
+    assert store.commit(5, "o", {}, forget=[ShardId("s", "p")]) == 1
     ddb.table_holds(6, {}, legacy={"s/old": "AFTER:99"})
     ddb.transaction_succeeds()
     assert CheckpointStore(ddb.client, TABLE, APP).migrate(6) == 1
@@ -160,7 +161,7 @@ def test_saving_initial_positions_is_fenced_in_every_transaction(ddb, monkeypatc
     ddb.table_holds(9, {})
     ddb.transaction_succeeds(times=64)
     store = CheckpointStore(ddb.client, TABLE, APP)
-    resolved = Offset({f"s/shardId-{i:012d}": Position.after(S56) for i in range(200)})
+    resolved = Offset({ShardId("s", f"shardId-{i:012d}"): Position.after(S56) for i in range(200)})
     store.save_initial(9, "LATEST", resolved, {"s": "t0"})
     *earlier, last = ddb.transactions()
     assert earlier
@@ -186,7 +187,7 @@ def test_reset_fences_with_the_epoch_it_claimed(ddb):
     assert meta_update["ExpressionAttributeValues"][":e"] == {"N": "12"}
     [transaction] = ddb.transactions()
     assert_fenced(transaction, 12)
-    assert [i["Delete"]["Key"]["key"]["S"] for i in transaction[1:]] == [bucket_key("s/a")]
+    assert [i["Delete"]["Key"]["key"]["S"] for i in transaction[1:]] == [bucket_key(A)]
 
 
 # (stored, committed): each committed position is behind the stored one in the shard's order
@@ -210,7 +211,7 @@ def test_a_commit_behind_the_stored_position_raises_and_sends_nothing(ddb, store
     store = CheckpointStore(ddb.client, TABLE, APP)
     with pytest.raises(CheckpointError) as err:
         # s/b moves forward, but s/a would move back: nothing is written
-        store.commit(2, "o", {"s/a": Position.parse(committed), "s/b": Position.after("2")})
+        store.commit(2, "o", {A: Position.parse(committed), B: Position.after("2")})
     assert "Refused to move shard(s) s/a" in str(err.value) and "backwards" in str(err.value)
     assert ddb.transactions() == []
     ddb.stub.assert_no_pending_responses()
@@ -223,7 +224,7 @@ def test_a_commit_ahead_of_the_stored_position_is_written(ddb, stored, committed
     ddb.table_holds(2, {"s/a": committed})
     ddb.transaction_succeeds()
     store = CheckpointStore(ddb.client, TABLE, APP)
-    assert store.commit(2, "o", {"s/a": Position.parse(stored)}) == 1
+    assert store.commit(2, "o", {A: Position.parse(stored)}) == 1
     [transaction] = ddb.transactions()
     assert_fenced(transaction, 2)
     assert written_positions([transaction]) == {"s/a": stored}
@@ -232,7 +233,7 @@ def test_a_commit_ahead_of_the_stored_position_is_written(ddb, stored, committed
 def test_a_commit_equal_to_the_stored_position_sends_nothing(ddb):
     ddb.table_holds(2, {"s/a": f"AFTER:{S56}:3"})
     store = CheckpointStore(ddb.client, TABLE, APP)
-    assert store.commit(2, "o", {"s/a": Position.after(S56, 3)}) == 0
+    assert store.commit(2, "o", {A: Position.after(S56, 3)}) == 0
     assert ddb.transactions() == []
 
 
@@ -240,8 +241,8 @@ def test_a_commit_behind_what_this_store_itself_wrote_raises_and_sends_nothing(d
     ddb.table_holds(4, {})
     ddb.transaction_succeeds()
     store = CheckpointStore(ddb.client, TABLE, APP)
-    store.commit(4, "o", {"s/a": Position.after("1000000000")})
+    store.commit(4, "o", {A: Position.after("1000000000")})
     with pytest.raises(CheckpointError, match="Refused to move shard"):
-        store.commit(4, "o", {"s/a": Position.after("999999999")})
+        store.commit(4, "o", {A: Position.after("999999999")})
     assert len(ddb.transactions()) == 1
     ddb.stub.assert_no_pending_responses()
