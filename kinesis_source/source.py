@@ -215,6 +215,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
                 self._consumers = Consumers(self._opts)
             arns = self._consumers.arns()
         hashes = self.planner.hash_ranges() if ranges else {}
+        booked = self.planner.hand_over(ranges) if ranges else {}
         return [
             RangePartition.of(
                 r,
@@ -222,6 +223,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
                 self._opts,
                 arns.get(r.stream),
                 hashes.get(r.shard),
+                *booked.get(r.shard, (None, 0.0)),
             )
             for r in ranges
         ]

@@ -14,9 +14,10 @@ how Kinesis and the acceptance figures count.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import math
 import time
-from collections import OrderedDict, defaultdict, deque
+from collections import OrderedDict, defaultdict
 from collections.abc import Hashable
 
 from kinesis_source.aws.kinesis import AsyncKinesis, Page
@@ -35,23 +36,29 @@ class _Window:
     def __init__(self, rate: float) -> None:
         self.n = max(1, math.ceil(rate))
         self.span = self.n / rate
-        self.times: deque[float] = deque()
+        self.times: list[float] = []  # sorted; an executor read may be booked ahead of now
 
     def _trim(self, now: float) -> None:
-        while self.times and self.times[0] <= now - self.span:
-            self.times.popleft()
+        cut = bisect.bisect_right(self.times, now - self.span)
+        if cut:
+            del self.times[:cut]
 
     def room(self, now: float) -> int:
         self._trim(now)
         return self.n - len(self.times)
 
     def free_at(self, now: float, keep: int) -> float:
-        """When ``keep + 1`` events fit (``now`` if they do already); ``keep`` < ``n``."""
+        """When ``keep + 1`` events fit (``now`` if they do already); ``keep`` < ``n``. Events
+        booked ahead count from their time on."""
         self._trim(now)
-        over = len(self.times) + keep + 1 - self.n
-        if over <= 0:
-            return now
-        return self.times[over - 1] + self.span
+        at = now
+        while True:
+            inside = [t for t in self.times if at - self.span < t <= at + self.span]
+            # the window ending at or after ``at`` with the most events decides
+            over = len(inside) + keep + 1 - self.n
+            if over <= 0:
+                return at
+            at = inside[over - 1] + self.span
 
 
 class CallBudget:
@@ -91,7 +98,7 @@ class CallBudget:
         at = time.monotonic() if now is None else now
         window = self._window(key, op)
         for _ in range(n):
-            window.times.append(at)
+            bisect.insort(window.times, at)
         self.spent[op] += n
 
     def forget(self, key: Hashable) -> None:

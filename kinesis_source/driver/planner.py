@@ -1,10 +1,17 @@
 """Driver-side planning: initial and latest offsets, shard discovery, and the exact ranges of a
-batch. Where each shard's batch ends is found by the tail probe (``driver/probe.py``)."""
+batch.
+
+Where each shard's batch ends comes from the tip table (``driver/tips.py``), which the tail
+probe (``driver/probe.py``) keeps fresh in the background within the per-shard call budget
+(``driver/budget.py``): in steady state ``latestOffset`` makes no AWS call. The planner's event
+loop runs in a thread of its own, so that the background work goes on between Spark's calls.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Collection, Mapping
 from dataclasses import dataclass
@@ -12,6 +19,7 @@ from typing import Any, TypeVar
 
 from kinesis_source.aws.clients import AwsSettings
 from kinesis_source.aws.kinesis import AsyncKinesis, ShardInfo
+from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, CallBudget, PacedKinesis
 from kinesis_source.driver.limits import BudgetPlanner
 from kinesis_source.driver.probe import (
     SETTLE_PAUSE_S,
@@ -20,6 +28,7 @@ from kinesis_source.driver.probe import (
     TailProber,
 )
 from kinesis_source.driver.start import resolve_positions
+from kinesis_source.driver.tips import TipTable
 from kinesis_source.errors import KinesisSourceError, report_shard_gone
 from kinesis_source.lineage import gone_shards, probe_starts, retire_finished
 from kinesis_source.option_values import InitialPosition
@@ -37,6 +46,11 @@ log = logging.getLogger(__name__)
 
 
 T = TypeVar("T")
+
+# How long the first answer for newly tracked shards waits for their first probe.
+FIRST_PROBE_TIMEOUT_S = 60.0
+# Under Trigger.AvailableNow, how long a batch waits for the table between looks.
+_TARGET_WAIT_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -87,14 +101,21 @@ class Planner:
     """
 
     def __init__(self, opts: SourceOptions, kinesis: AsyncKinesis | None = None) -> None:
-        """``kinesis``: a client to use instead of one made from the options (tests)."""
+        """``kinesis``: a client to use instead of one made from the options (tests; its calls
+        are paced by the budget only if it is a :class:`PacedKinesis`)."""
         self._opts = opts
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._kinesis: AsyncKinesis | None = kinesis
+        self.budget = CallBudget({
+            GET_RECORDS: opts.get_records_per_shard_per_second,
+            GET_SHARD_ITERATOR: opts.get_shard_iterator_per_shard_per_second,
+        })
         self._prober: TailProber | None = None
+        self._tips: TipTable | None = None
+        self._background: list[asyncio.Task] = []
         self._shards: dict[str, list[ShardInfo]] = {}
         self._listed_at = float("-inf")
-        self._last_probe: tuple[str, Offset, float] | None = None
         self._relist = False
         self._lag: dict[str, dict] = {}  # by "<stream>/<shardId>": Spark shows it as JSON
         self._identity: dict[str, str] | None = None
@@ -107,7 +128,11 @@ class Planner:
     def _run(self, coro: Awaitable[T]) -> T:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(coro)
+            self._thread = threading.Thread(
+                target=self._loop.run_forever, name="kinesis-ddb-planner", daemon=True
+            )
+            self._thread.start()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
 
     def kinesis(self) -> AsyncKinesis:
         """The run's Kinesis client, made now if it was not yet."""
@@ -116,20 +141,62 @@ class Planner:
     async def _client(self) -> AsyncKinesis:
         if self._kinesis is None:
             settings = AwsSettings.for_kinesis(self._opts)
-            self._kinesis = AsyncKinesis(await settings.aio_client("kinesis"))
+            self._kinesis = PacedKinesis(await settings.aio_client("kinesis"), self.budget)
         if self._prober is None:
             self._prober = TailProber(
                 self._kinesis, self._opts.max_records_per_fetch, self._opts.fail_on_data_loss
             )
         return self._kinesis
 
+    def _tip_table(self) -> TipTable:
+        """The tip table, and the background tasks that keep it and the listing fresh."""
+        if self._tips is None:
+            opts = self._opts
+            self._tips = TipTable(
+                self._prober_ready(),
+                self.budget,
+                opts.min_probe_interval_ms / 1000,
+                opts.max_idle_probe_interval_ms / 1000,
+                on_ended=self._ended,
+            )
+            for work in (self._tips.run(), self._discover()):
+                task = asyncio.ensure_future(work)
+                task.add_done_callback(self._background_failed)
+                self._background.append(task)
+        return self._tips
+
+    def _ended(self) -> None:
+        self._relist = True  # a closed shard's children, or a gone shard's absence, come next
+
+    def _background_failed(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None and self._tips is not None:
+            self._tips.error = task.exception()
+
+    async def _discover(self) -> None:
+        """List the streams' shards every ``shardDiscoveryIntervalMs``, off the batch path."""
+        interval = max(self._opts.shard_discovery_interval_ms / 1000, 1.0)
+        while True:
+            await asyncio.sleep(max(0.0, self._listed_at + interval - time.monotonic()))
+            if time.monotonic() - self._listed_at >= interval:
+                await self._listing(force=True)
+
     def close(self) -> None:
-        """Close the client and the event loop."""
+        """Stop the background work, close the client and the event loop."""
         if self._loop is None:
             return
-        if self._kinesis is not None:
-            self._loop.run_until_complete(self._kinesis.close())
-            self._kinesis = None
+
+        async def shutdown() -> None:
+            for task in self._background:
+                task.cancel()
+            await asyncio.gather(*self._background, return_exceptions=True)
+            if self._kinesis is not None:
+                await self._kinesis.close()
+                self._kinesis = None
+
+        self._run(shutdown())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
         self._loop.close()
         self._loop = None
 
@@ -215,27 +282,19 @@ class Planner:
         return self._prober
 
     def latest_offset(self, start: Offset, max_records: int | None = None) -> Offset:
-        """The exact end of the next batch: every shard's tip after ``start``, or, with
-        ``max_records``, a fair cut holding at most that many user records (``driver/limits.py``).
-        Under ``Trigger.AvailableNow`` no shard goes past its target.
+        """The exact end of the next batch: every shard's newest known record after ``start``
+        (from the tip table: no AWS call in steady state), or, with ``max_records``, a fair cut
+        holding at most that many user records (``driver/limits.py``, which reads on the
+        driver). Under ``Trigger.AvailableNow`` no shard goes past its target.
 
-        Returns ``start`` itself when nothing new arrived, so idle streams run no batches.
-        At most one probe per ``minProbeIntervalMs`` for the same start and limit.
+        Returns ``start`` itself when nothing new is known, so idle streams run no batches.
         """
-        probe_key = f"{start.to_json()}|{max_records}"
-        if self._last_probe is not None:
-            last_key, last_end, at = self._last_probe
-            if last_key == probe_key and time.monotonic() - at < self._opts.min_probe_interval_ms / 1000:
-                return last_end
-        end = self._run(self._probe(start, max_records))
-        self._last_probe = (probe_key, end, time.monotonic())
-        return end
+        return self._run(self._probe(start, max_records))
 
     def prepare_available_now(self) -> Target:
         """Fix the target of a ``Trigger.AvailableNow`` run: every open shard's newest record
         now. Later ends never pass it, so the run stops once every shard reached it."""
         self._target = self._run(self._find_target())
-        self._last_probe = None
         log.info(
             "Trigger.AvailableNow: reading up to the newest record of %d open shard(s), and "
             "%d closed shard(s) to their end",
@@ -280,11 +339,14 @@ class Planner:
             starts, caps = self._target.bound(starts)
         results = await self._ends(starts, caps, max_records)
         if self._target is not None:
-            # Spark ends a Trigger.AvailableNow run at the first batch without new data: a
-            # shard still crossing empty pages towards its target must be waited for here.
+            # Spark ends a Trigger.AvailableNow run at the first batch without new data: while
+            # shards have records left within the target, wait for the table to find them.
             deadline = time.monotonic() + SETTLE_TIMEOUT_S
-            while _only_pending(results) and time.monotonic() < deadline:
-                await asyncio.sleep(SETTLE_PAUSE_S)
+            while starts and not _moved(results) and time.monotonic() < deadline:
+                if max_records is not None:
+                    await asyncio.sleep(SETTLE_PAUSE_S)
+                else:
+                    await self._tip_table().progress(_TARGET_WAIT_S)
                 results = await self._ends(starts, caps, max_records)
         self.probes += 1
         lag = {}
@@ -312,15 +374,46 @@ class Planner:
         max_records: int | None,
     ) -> dict[ShardId, ProbeResult]:
         """Each shard's end for the next batch: its tip, or a fair cut under a read limit."""
-        if max_records is None:
-            return await self._prober_ready().probe_all(starts, caps)
-        budget = BudgetPlanner(
-            await self._client(), self._prober_ready(), self._opts.max_records_per_fetch
-        )
-        results = await budget.plan(starts, max_records, self._turn, caps)
-        if any(r.tip for r in results.values()):
-            self._turn += 1  # per batch with data, so every shard in turn is served first
-        return results
+        await self._client()
+        tips = self._tip_table()
+        if max_records is not None:
+            tips.track({})  # a limited batch reads its records itself
+            budget = BudgetPlanner(
+                await self._client(), self._prober_ready(), self._opts.max_records_per_fetch
+            )
+            results = await budget.plan(starts, max_records, self._turn, caps)
+            if any(r.tip for r in results.values()):
+                self._turn += 1  # per batch with data, so every shard in turn is served first
+            return results
+        fresh = tips.track(starts)
+        if fresh:
+            await tips.settled(fresh, FIRST_PROBE_TIMEOUT_S)
+        return tips.answers(starts, caps)
+
+    def hand_over(self, ranges: list[ShardRange]) -> dict[ShardId, tuple[tuple[str, str] | None, float]]:
+        """For each range an executor will read: the iterator the probe left at its start (if
+        fresh) and the wall-clock time before which the read must not start, its calls booked
+        in the shard's budget (so driver probes and executor reads of a shard never exceed it
+        together)."""
+        return self._run(self._hand_over(ranges))
+
+    async def _hand_over(
+        self, ranges: list[ShardRange]
+    ) -> dict[ShardId, tuple[tuple[str, str] | None, float]]:
+        if self._opts.consumer_mode == "efo":
+            return {}  # subscriptions do not spend the polling budget
+        await self._client()
+        out: dict[ShardId, tuple[tuple[str, str] | None, float]] = {}
+        now, wall = time.monotonic(), time.time()
+        for rng in ranges:
+            opener = self._prober_ready().opener(rng.shard, rng.start)
+            at = self.budget.free_at(rng.shard, GET_RECORDS, now=now)
+            if opener is None:
+                at = max(at, self.budget.free_at(rng.shard, GET_SHARD_ITERATOR, now=now))
+                self.budget.spend(rng.shard, GET_SHARD_ITERATOR, now=at)
+            self.budget.spend(rng.shard, GET_RECORDS, now=at)
+            out[rng.shard] = (opener, wall + (at - now))
+        return out
 
     def stats(self) -> dict[str, Any]:
         """Driver-side probe cost so far (calls made, records fetched) and, per shard of the
@@ -356,8 +449,6 @@ def plan_ranges(start: Offset, end: Offset) -> list[ShardRange]:
     return ranges
 
 
-def _only_pending(results: Mapping[ShardId, ProbeResult]) -> bool:
-    """True when no shard moved and some only crossed empty pages (records may follow)."""
-    return not any(r.tip or r.ended for r in results.values()) and any(
-        r.pending for r in results.values()
-    )
+def _moved(results: Mapping[ShardId, ProbeResult]) -> bool:
+    """True when some shard has a new end (a record, its end, or that it is gone)."""
+    return any(r.tip or r.ended or r.gone for r in results.values())

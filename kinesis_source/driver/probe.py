@@ -2,12 +2,19 @@
 
 Kinesis has no "latest offset" call. For each shard the probe
 
-1. reads one record after the start position (``GetRecords(Limit=1)``), reusing the iterator
-   the previous probe left there when it can: an idle shard costs one call;
-2. if there is a new record, estimates the arrival time of the newest record from that record's
-   arrival time plus ``MillisBehindLatest`` (both server clocks, so driver clock skew does not
-   matter), opens an ``AT_TIMESTAMP`` iterator a small window before it and reads to the tip,
-   widening the window x8 while it comes back empty, never reaching back before the start.
+1. goes on from the iterator the previous probe left at its tip when there is one, reading what
+   arrived since in one call (an idle shard, or a shard that gets less than
+   ``WARM_READ_LIMIT`` records between probes, costs one call); from anywhere else it reads one
+   record after the start, checking that the start's own record is still there;
+2. if records remain, estimates the arrival time of the newest record from the last record's arrival time plus
+   ``MillisBehindLatest`` (both server clocks, so driver clock skew does not matter), opens an
+   ``AT_TIMESTAMP`` iterator a small window before it and reads to the tip, widening the window
+   x8 while it comes back empty, never reaching back before the start (a backlog is not read
+   on the driver).
+
+A probe that went on from its iterator remembers it with the first record it found: the
+executor that reads the batch from that start reads on with it (``opener``) instead of asking
+for a new iterator.
 
 The last record read at the tip is the batch's exact, inclusive end. Any record after the start
 is a valid end: a tip that is a little stale only moves data to the next batch.
@@ -18,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -46,6 +54,12 @@ MAX_EMPTY_HOPS = 4
 MAX_TIP_PAGES = 10
 # Iterators live 5 minutes; a cached one older than this is not reused.
 ITERATOR_TTL_S = 240.0
+# An iterator handed to an executor must outlive the batch's planning and task start.
+OPENER_TTL_S = 120.0
+_OPENERS_PER_SHARD = 4  # a batch starts at one of the last few probes' starts
+# Records a probe reads on from its last tip in one call: a second or so of a busy shard, so
+# that in steady state a probe is one call; past it, the probe jumps near the tip.
+WARM_READ_LIMIT = 1000
 # Where a probe must find an answer (LATEST, a Trigger.AvailableNow target), probes of shards
 # that crossed only empty pages are repeated, this far apart: each makes at most
 # MAX_EMPTY_HOPS + 1 calls, so a settling shard costs at most 2 GetRecords/s of the 5 per shard
@@ -78,6 +92,8 @@ class TailProber:
         self.fail_on_data_loss = fail_on_data_loss
         # shard -> (position string, iterator at that position, monotonic time)
         self._continuations: dict[ShardId, tuple[str, str, float]] = {}
+        # shard -> position string -> (iterator read from there, first record, monotonic time)
+        self._openers: dict[ShardId, OrderedDict[str, tuple[str, str, float]]] = {}
 
     def _take(self, stream: str, shard: str, start: Position) -> str | None:
         cached = self._continuations.pop(ShardId(stream, shard), None)
@@ -118,10 +134,20 @@ class TailProber:
         self, stream: str, shard: str, start: Position, cap: str | None
     ) -> ProbeResult:
         k = self._kinesis
-        page = await self.first_page(stream, shard, start, 1)
+        cached = self._take(stream, shard, start)
+        # From the iterator the last probe left at the tip, what follows is what arrived since:
+        # read it (one call in steady state). From anywhere else, one record, then look near the
+        # tip, so that a backlog is not read on the driver.
+        limit = min(WARM_READ_LIMIT, self._page_limit) if cached is not None else 1
+        if cached is not None:
+            page = await k.page_at(stream, shard, start, limit, cached)
+            if page.records:
+                self._hand_over(ShardId(stream, shard), start, cached, page.records[0]["SequenceNumber"])
+        else:
+            page = await self._open(stream, shard, start, limit)
         hops = 0
         while not page.records and not page.at_tip and hops < MAX_EMPTY_HOPS:
-            page = await k.page(page.next_iterator, 1)  # type: ignore[arg-type]
+            page = await k.page(page.next_iterator, limit)  # type: ignore[arg-type]
             hops += 1
         if not page.records:
             if page.next_iterator is None:
@@ -131,33 +157,54 @@ class TailProber:
             if page.at_tip:
                 return ProbeResult()
             return ProbeResult(behind_ms=page.behind_ms, pending=True)
-        first = page.records[0]
-        if cap is not None and seq_key(first["SequenceNumber"]) > seq_key(cap):
+        if cap is not None and seq_key(page.records[0]["SequenceNumber"]) > seq_key(cap):
             return ProbeResult(behind_ms=page.behind_ms)
-        first_arrival = arrival_seconds(first)
-        tip_arrival = first_arrival + page.behind_ms / 1000.0
+        end, cont = page.records[-1]["SequenceNumber"], page.next_iterator
+        if not page.caught_up(limit):
+            tip, after_tip = await self._beyond(stream, shard, page)
+            if tip is not None and seq_key(tip) > seq_key(end):
+                end, cont = tip, after_tip
+        if cap is not None and seq_key(end) > seq_key(cap):
+            return ProbeResult(tip=cap, behind_ms=page.behind_ms)
+        self.keep(stream, shard, Position.after(end), cont)
+        return ProbeResult(tip=end, behind_ms=page.behind_ms)
+
+    async def _beyond(self, stream: str, shard: str, page: Page) -> tuple[str | None, str | None]:
+        """The newest record after ``page`` and the iterator after it: from an ``AT_TIMESTAMP``
+        iterator a little before its estimated arrival, widening the window while it comes back
+        empty, or reading on from the page once the window reaches it."""
+        last_arrival = arrival_seconds(page.records[-1])
+        tip_arrival = last_arrival + page.behind_ms / 1000.0
         window = INITIAL_WINDOW_S
         while True:
             since = tip_arrival - window
-            if since <= first_arrival or page.at_tip:
-                # The tip is at (or within a few ms of) the first new record: read on from it.
-                tip, cont = await self._read_to_tip(page.next_iterator)
-            else:
-                iterator = await k.iterator(
-                    stream, shard, Position.at_timestamp(_utc(since))
-                )
-                tip, cont = await self._read_to_tip(iterator)
-            if tip is not None or since <= first_arrival or page.at_tip:
-                break
+            if since <= last_arrival:  # the window reached the page: read on from it
+                return await self._read_to_tip(page.next_iterator)
+            iterator = await self._kinesis.iterator(stream, shard, Position.at_timestamp(_utc(since)))
+            tip, cont = await self._read_to_tip(iterator)
+            if tip is not None:
+                return tip, cont
             window *= WINDOW_GROWTH
-        end = first["SequenceNumber"]
-        if tip is not None and seq_key(tip) > seq_key(end):
-            end = tip
-        if cap is not None and seq_key(end) > seq_key(cap):
-            return ProbeResult(tip=cap, behind_ms=page.behind_ms)
-        if end == tip:
-            self.keep(stream, shard, Position.after(end), cont)
-        return ProbeResult(tip=end, behind_ms=page.behind_ms)
+
+    def _hand_over(self, key: ShardId, start: Position, iterator: str, first: str) -> None:
+        kept = self._openers.setdefault(key, OrderedDict())
+        kept[start.to_str()] = (iterator, first, time.monotonic())
+        while len(kept) > _OPENERS_PER_SHARD:
+            kept.popitem(last=False)
+
+    def opener(self, key: ShardId, start: Position) -> tuple[str, str] | None:
+        """An iterator a probe read from at ``start`` and the first record it found there, if
+        recent enough for an executor to read on with it."""
+        kept = self._openers.get(key)
+        found = kept.get(start.to_str()) if kept is not None else None
+        if found is None or time.monotonic() - found[2] > OPENER_TTL_S:
+            return None
+        return found[0], found[1]
+
+    def forget(self, key: ShardId) -> None:
+        """Drop what is kept for a shard that left the query."""
+        self._continuations.pop(key, None)
+        self._openers.pop(key, None)
 
     async def _open(self, stream: str, shard: str, start: Position, limit: int) -> Page:
         """The first page after ``start``, checking that ``start``'s record is still there."""

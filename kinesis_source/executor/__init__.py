@@ -30,7 +30,7 @@ def read_partition(partition: RangePartition) -> Iterator[pa.RecordBatch]:
     else:
         reader = RangeReader(
             client, rng, partition.page_limit, partition.fail_on_data_loss, partition.opener,
-            partition.page_interval_s,
+            partition.page_interval_s, partition.not_before,
         )
     for records in reader.pages():
         users = user_records(records, rng, partition.on_corrupt, partition.hash_range)

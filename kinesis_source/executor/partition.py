@@ -28,6 +28,7 @@ class RangePartition(InputPartition):
     # range's start, and the record it found first there; used if that record comes first again
     opener: tuple[str, str] | None = None
     page_interval_s: float = 0.0  # least time between two GetRecords of this shard (the budget)
+    not_before: float = 0.0  # epoch seconds: the driver booked the first call for then
 
     @staticmethod
     def of(
@@ -37,6 +38,7 @@ class RangePartition(InputPartition):
         consumer_arn: str | None = None,
         hash_range: tuple[int, int] | None = None,
         opener: tuple[str, str] | None = None,
+        not_before: float = 0.0,
     ) -> RangePartition:
         """The partition of ``rng`` under the query's options."""
         return RangePartition(
@@ -50,6 +52,7 @@ class RangePartition(InputPartition):
             opener,
             # executors get half of the shard's GetRecords budget (the driver's probes the rest)
             2.0 / opts.get_records_per_shard_per_second,
+            not_before,
         )
 
     def __repr__(self) -> str:

@@ -33,6 +33,8 @@ from kinesis_source.positions import Position, ShardRange
 
 log = logging.getLogger(__name__)
 
+MAX_BOOKED_WAIT_S = 5.0
+
 
 class RangeReader(RangeReaderBase):
     """Replays one exact :class:`ShardRange` with a synchronous client, page by page."""
@@ -45,6 +47,7 @@ class RangeReader(RangeReaderBase):
         fail_on_data_loss: bool = True,
         opener: tuple[str, str] | None = None,
         page_interval_s: float = 0.0,
+        not_before: float = 0.0,
     ) -> None:
         super().__init__(rng, fail_on_data_loss)
         self._client = client
@@ -53,6 +56,7 @@ class RangeReader(RangeReaderBase):
         self._opener = opener
         self._interval = page_interval_s
         self._last_call: float | None = None
+        self._not_before = not_before
         self.calls = 0
         self.expiries = 0
         self.handed_over = False  # the driver's iterator served the first page
@@ -77,10 +81,15 @@ class RangeReader(RangeReaderBase):
         return page
 
     def _pace(self) -> None:
-        if self._last_call is not None:
+        """Wait for the shard's budget: the driver booked the first call (a clock skew between
+        the hosts shifts it by at most ``MAX_BOOKED_WAIT_S``); later pages keep this reader's
+        share apart."""
+        if self._last_call is None:
+            wait = min(MAX_BOOKED_WAIT_S, self._not_before - time.time())
+        else:
             wait = self._last_call + self._interval - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)  # pacing to the shard's call budget, not waiting on a condition
+        if wait > 0:
+            time.sleep(wait)  # pacing to the shard's call budget, not waiting on a condition
         self._last_call = time.monotonic()
 
     def _fetch(self) -> Page:
@@ -88,12 +97,12 @@ class RangeReader(RangeReaderBase):
             page = self._handed_over_page()
             if page is not None:
                 return page
+        self._pace()
         for attempt in Retrying(**expiry_retry()):
             with attempt:
                 if self._iterator is None:
                     self._iterator = self._new_iterator()
                 try:
-                    self._pace()
                     self.calls += 1
                     resp = self._client.get_records(
                         ShardIterator=self._iterator, Limit=self._limit

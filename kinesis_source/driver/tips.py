@@ -1,0 +1,258 @@
+"""The tip table: each tracked shard's newest known record, kept fresh in the background.
+
+``latestOffset`` answers from the table without AWS calls. A background task on the planner's
+event loop (the :class:`TipTable`'s :meth:`~TipTable.run`) probes each shard when it is due:
+
+- a shard that moved, every ``minProbeIntervalMs`` (and no more often than the call budget
+  lets the driver, which leaves half of it to executor reads);
+- a shard that did not, with exponential backoff up to ``maxIdleProbeIntervalMs`` (jittered
+  upwards, so that bound is also the least time between two probes of an idle shard);
+- a shard crossing empty pages towards records, every few seconds, going on where it stopped;
+- a closed shard, once: at its end nothing more is probed.
+
+Every probe goes on from the iterator the last one left at the tip, so a shard costs one
+``GetRecords`` per probe. The ends handed out are records the probe read, so a batch is still
+replayable from Spark's offset log alone. What the next issue adds (tips reported by executors
+and fan-out subscriptions) would call :meth:`TipTable.learn`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from kinesis_source.driver.budget import GET_RECORDS, CallBudget
+from kinesis_source.driver.probe import SETTLE_PAUSE_S, ProbeResult, TailProber
+from kinesis_source.positions import AFTER, AT, Position, ShardId, seq_key
+
+log = logging.getLogger(__name__)
+
+PROBE_CONCURRENCY = 64
+IDLE_JITTER = 0.2  # an idle shard's interval is stretched by up to this fraction
+
+
+@dataclass
+class ShardTip:
+    """What is known of one shard after the position it was seeded with."""
+
+    seed: Position
+    tip: str | None = None  # newest record seen after ``seed``
+    ended: bool = False  # closed, and nothing is left after ``tip`` (or ``seed``)
+    pending: bool = False  # the last probe crossed only empty pages, still behind the tip
+    gone: bool = False  # the stream no longer has the shard
+    behind_ms: int = 0
+    probed_at: float | None = None  # None: not probed since seeded
+    due: float = 0.0  # monotonic time of the next probe
+    idle: int = 0  # probes in a row that found nothing new
+    probing: bool = False
+
+    def after(self) -> Position:
+        """Where the next probe goes on from."""
+        return Position.after(self.tip) if self.tip is not None else self.seed
+
+    def covers(self, start: Position) -> bool:
+        """True when what this entry knows applies to a batch starting at ``start``: it was
+        seeded there, or it has read past it."""
+        if start.to_str() == self.seed.to_str():
+            return True
+        if start.kind not in (AFTER, AT) or self.tip is None:
+            return False
+        assert start.seq is not None
+        return seq_key(self.tip) >= seq_key(start.seq)
+
+    def answer(self, start: Position, cap: str | None) -> ProbeResult:
+        """The end of a batch from ``start``, as a probe would have found it (``covers`` holds)."""
+        if self.gone:
+            return ProbeResult(gone=True)
+        tip = self.tip
+        if tip is not None and start.kind in (AFTER, AT) and start.to_str() != self.seed.to_str():
+            assert start.seq is not None
+            here = start.kind == AT or start.sub_seq is not None  # the start's record still counts
+            if seq_key(tip) < seq_key(start.seq) or (seq_key(tip) == seq_key(start.seq) and not here):
+                tip = None
+        if tip is not None:
+            if cap is not None and seq_key(tip) > seq_key(cap):
+                tip = cap
+            return ProbeResult(tip=tip, behind_ms=self.behind_ms)
+        if self.ended:
+            return ProbeResult(ended=True)
+        return ProbeResult(behind_ms=self.behind_ms, pending=self.pending)
+
+
+class TipTable:
+    """The driver's per-shard tips and the background task that refreshes them."""
+
+    def __init__(
+        self,
+        prober: TailProber,
+        budget: CallBudget,
+        active_interval_s: float,
+        idle_interval_s: float,
+        on_ended: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._prober = prober
+        self._budget = budget
+        self._active_s = active_interval_s
+        self._idle_s = max(idle_interval_s, active_interval_s)
+        self._on_ended = on_ended
+        self.entries: dict[ShardId, ShardTip] = {}
+        self.error: BaseException | None = None
+        self.probes = 0
+        self._wake: asyncio.Event | None = None
+        self._changed: asyncio.Condition | None = None
+        self._due: list[tuple[float, int, ShardId, ShardTip]] = []
+        self._order = itertools.count()
+        self._random = random.Random()
+
+    # -- what latestOffset asks ----------------------------------------------------------
+
+    def track(self, starts: Mapping[ShardId, Position]) -> list[ShardId]:
+        """Track exactly these shards from these starts; the ones (re)seeded now, whose answer
+        needs a first probe. A shard asked about after its idle backoff is probed at once."""
+        fresh = []
+        for key in list(self.entries):
+            if key not in starts:
+                del self.entries[key]
+        for key, start in starts.items():
+            entry = self.entries.get(key)
+            if entry is None or not entry.covers(start):
+                entry = self.entries[key] = ShardTip(seed=start, due=time.monotonic())
+                self._schedule(key, entry)
+                fresh.append(key)
+        return fresh
+
+    def answers(self, starts: Mapping[ShardId, Position], caps: Mapping[ShardId, str]) -> dict[ShardId, ProbeResult]:
+        """Each tracked shard's end after its start, from the table (no AWS call)."""
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        return {key: self.entries[key].answer(start, caps.get(key)) for key, start in starts.items()}
+
+    def learn(self, key: ShardId, tip: str) -> None:
+        """A record newer than the table knew exists on ``key`` (another reader saw it)."""
+        entry = self.entries.get(key)
+        if entry is not None and (entry.tip is None or seq_key(tip) > seq_key(entry.tip)):
+            entry.tip, entry.idle = tip, 0
+
+    async def settled(self, keys: list[ShardId], timeout_s: float) -> None:
+        """Wait until each of ``keys`` was probed since it was seeded (or the table failed)."""
+        changed = self._condition()
+        deadline = time.monotonic() + timeout_s
+
+        def ready() -> bool:
+            return self.error is not None or all(
+                (e := self.entries.get(k)) is None or e.probed_at is not None for k in keys
+            )
+
+        async with changed:
+            while not ready():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                try:
+                    await asyncio.wait_for(changed.wait(), left)
+                except asyncio.TimeoutError:
+                    return
+
+    async def progress(self, timeout_s: float) -> None:
+        """Wait for the next probe round to finish (or ``timeout_s``)."""
+        changed = self._condition()
+        async with changed:
+            try:
+                await asyncio.wait_for(changed.wait(), timeout_s)
+            except asyncio.TimeoutError:
+                pass
+
+    # -- the background task -------------------------------------------------------------
+
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _schedule(self, key: ShardId, entry: ShardTip) -> None:
+        heapq.heappush(self._due, (entry.due, next(self._order), key, entry))
+        self._poke()
+
+    async def run(self) -> None:
+        """Probe due shards until cancelled; a probe's error is kept for ``answers`` to raise.
+        Due times sit in a heap (stale rows are skipped), so a round costs O(log shards) per
+        shard probed, not a scan of the table."""
+        self._wake = asyncio.Event()
+        gate = asyncio.Semaphore(PROBE_CONCURRENCY)
+        tasks: set[asyncio.Task] = set()
+        reserve = self._budget.reserve(GET_RECORDS)
+        while True:
+            self._wake.clear()
+            now = time.monotonic()
+            while self._due and self._due[0][0] <= now and self.error is None:
+                due, _, key, entry = heapq.heappop(self._due)
+                if self.entries.get(key) is not entry or entry.due != due or entry.probing:
+                    continue  # replaced, rescheduled or being probed: a stale row
+                if entry.ended or entry.gone:
+                    continue
+                free = self._budget.free_at(key, GET_RECORDS, reserve, now)
+                if free > now:
+                    entry.due = free
+                    heapq.heappush(self._due, (free, next(self._order), key, entry))
+                    continue
+                entry.probing = True
+                task = asyncio.ensure_future(self._probe(gate, key, entry))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            wait = max(0.0, self._due[0][0] - time.monotonic()) if self._due else None
+            try:
+                await asyncio.wait_for(self._wake.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _probe(self, gate: asyncio.Semaphore, key: ShardId, entry: ShardTip) -> None:
+        try:
+            async with gate:
+                result = await self._prober.probe(key.stream, key.shard, entry.after())
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # surfaced by the next latestOffset
+            self.error = exc
+            result = None
+        finally:
+            entry.probing = False
+        self.probes += 1
+        if result is not None:
+            self._update(entry, result)
+        if not (entry.ended or entry.gone) and self.entries.get(key) is entry:
+            self._schedule(key, entry)
+        changed = self._condition()
+        async with changed:
+            changed.notify_all()
+
+    def _update(self, entry: ShardTip, result: ProbeResult) -> None:
+        now = time.monotonic()
+        entry.probed_at = now
+        entry.behind_ms = result.behind_ms
+        entry.pending = result.pending
+        if result.gone:
+            entry.gone = True
+            self._on_ended()
+        elif result.tip is not None:
+            entry.tip, entry.idle = result.tip, 0
+            entry.due = now + self._active_s
+        elif result.ended:
+            entry.ended = True
+            self._on_ended()
+        elif result.pending:
+            entry.due = now + SETTLE_PAUSE_S
+        else:
+            entry.idle += 1
+            interval = min(self._idle_s, self._active_s * 2 ** min(entry.idle, 30))
+            entry.due = now + interval * (1 + IDLE_JITTER * self._random.random())
