@@ -121,6 +121,7 @@ class Planner:
         self._identity: dict[str, str] | None = None
         self._target: Target | None = None
         self._turn = 0  # rotates which shard a limited batch serves first
+        self._booked = 0
         self.probes = 0
 
     # -- runtime -------------------------------------------------------------------------
@@ -412,17 +413,22 @@ class Planner:
                 at = max(at, self.budget.free_at(rng.shard, GET_SHARD_ITERATOR, now=now))
                 self.budget.spend(rng.shard, GET_SHARD_ITERATOR, now=at)
             self.budget.spend(rng.shard, GET_RECORDS, now=at)
+            self._booked += 1
             out[rng.shard] = (opener, wall + (at - now))
         return out
 
     def stats(self) -> dict[str, Any]:
-        """Driver-side probe cost so far (calls made, records fetched) and, per shard of the
-        last probe, the tip found and how far behind it the batch started."""
+        """Driver-side cost so far (``latestOffset`` answers, background probes, AWS calls,
+        records fetched, seconds calls waited for the budget, executor reads booked) and, per
+        shard of the last answer, the tip and how far behind it the batch started."""
         k = self._kinesis
         return {
             "probes": self.probes,
+            "backgroundProbes": self._tips.probes if self._tips else 0,
             "driverCalls": k.calls if k else 0,
             "driverRecordsFetched": k.records_fetched if k else 0,
+            "budgetWaitS": round(k.waited_s, 3) if isinstance(k, PacedKinesis) else 0.0,
+            "executorReadsBooked": self._booked,
             "shards": self._lag,
         }
 

@@ -1,0 +1,99 @@
+"""The source as a good citizen of each shard's read quota, on the quota-enforcing server: a
+steady producer, Spark's default trigger, and a neighbour application polling every shard."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from tests.support.quota import Feeder, QuotaProxy
+from tests.support.spark_query import running
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.spark
+
+SHARDS = 4
+RATE = 50  # records per second per shard
+RUN_S = 30  # measured after the first batch
+NEIGHBOUR = "neighbour"
+
+
+class Neighbour:
+    """Another application: reads every shard's tip once a second, without retries, so each
+    refusal is seen."""
+
+    def __init__(self, url: str, stream: str, shards: list[str]) -> None:
+        self._client = boto3.client(
+            "kinesis", endpoint_url=url, region_name="us-east-1", aws_access_key_id=NEIGHBOUR,
+            aws_secret_access_key="local", config=Config(retries={"total_max_attempts": 1}),
+        )
+        self._stream, self._shards = stream, shards
+        self.refused = 0
+        self.calls = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        its = {}
+        for shard in self._shards:
+            its[shard] = self._client.get_shard_iterator(
+                StreamName=self._stream, ShardId=shard, ShardIteratorType="LATEST")["ShardIterator"]
+        while not self._stop.wait(1.0):  # once a second, as the neighbour is specified
+            for shard in self._shards:
+                self.calls += 1
+                try:
+                    its[shard] = self._client.get_records(ShardIterator=its[shard])["NextShardIterator"]
+                except ClientError as exc:
+                    assert exc.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
+                    self.refused += 1
+
+    def __enter__(self) -> Neighbour:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def test_a_steady_query_keeps_to_its_call_budget_beside_a_neighbour(
+    spark, kinesis, kinesis_backend, make_stream, source_options, tmp_path
+):
+    stream = make_stream(SHARDS)
+    shards = [s["ShardId"] for s in kinesis.list_shards(StreamName=stream)["Shards"]]
+    options = {**source_options, "streamName": stream, "initialPosition": "TRIM_HORIZON"}
+    del options["minProbeIntervalMs"]  # the default, as users run it
+    with QuotaProxy(kinesis_backend) as quota, Feeder(kinesis, stream, shards, RATE) as feed:
+        options["endpointUrl"] = quota.url
+        with Neighbour(quota.url, stream, shards) as neighbour, running(
+            spark, options, tmp_path / "ck"
+        ) as (query, sink):
+            wait_for(lambda: sink.count() > 0, timeout=120, what="the first records")
+            since = time.monotonic()
+            # The run is measured for RUN_S seconds of steady state, then until the query
+            # holds every record fed by then.
+            wait_for(lambda: time.monotonic() - since >= RUN_S and query.isActive, timeout=RUN_S + 30,
+                     interval=1.0, what="the measured run")
+            sent = list(feed.sent)
+            wait_for(lambda: sink.count() >= len(sent), timeout=120, what=f"the {len(sent)} records fed")
+            until = time.monotonic()
+    ours = lambda s: s.access_key == "local" and s.at >= since and s.at <= until  # noqa: E731
+    assert quota.peak_rate("GetRecords", window_s=10.0, where=ours) <= 2.0
+    assert quota.peak_rate("GetShardIterator", window_s=10.0, where=ours) <= 1.0
+    assert quota.refused() == 0, [s for s in quota.calls(refused=True)][:5]
+    assert neighbour.refused == 0 and neighbour.calls >= RUN_S * SHARDS * 0.8
+    # Executors read on with the probes' iterators: far fewer iterators than reads.
+    executor_reads = len(quota.calls("GetRecords", where=lambda s: ours(s) and s.client == "sync"))
+    executor_iterators = len(quota.calls("GetShardIterator", where=lambda s: ours(s) and s.client == "sync"))
+    assert executor_reads > 0 and executor_iterators <= executor_reads / 4
+    # Exact: every record fed up to then, once, in order per shard.
+    got = [(r.shard_id, r.seq) for r in sink.rows()]
+    assert len(got) == len(set(got))
+    for shard in shards:
+        mine = [seq for sh, seq, _ in sent if sh == shard]
+        assert [seq for sh, seq in got if sh == shard][: len(mine)] == mine

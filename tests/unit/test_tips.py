@@ -1,0 +1,112 @@
+"""The tip table: latestOffset answers from it, the background keeps it fresh on a schedule."""
+
+from __future__ import annotations
+
+import time
+
+from kinesis_source.aws.kinesis import AsyncKinesis
+from kinesis_source.driver.planner import Planner
+from kinesis_source.driver.tips import ShardTip
+from kinesis_source.options import SourceOptions
+from kinesis_source.positions import Offset, Position, ShardId
+from tests.support.waiting import wait_for
+from tests.unit.fake_kinesis import AsyncFake, FakeKinesis, FakeShard, log_of
+
+A, B = ShardId("s", "a"), ShardId("s", "b")
+
+
+class TimedFake(FakeKinesis):
+    """Also records when each GetRecords came, per shard (from the iterator's shard part)."""
+
+    def __init__(self, shards):
+        super().__init__(shards)
+        self.reads: list[tuple[str, float]] = []
+
+    def get_records(self, ShardIterator, Limit):
+        self.reads.append((ShardIterator.split("|", 1)[0], time.monotonic()))
+        return super().get_records(ShardIterator, Limit)
+
+
+def planner_on(fake, **options):
+    raw = {"streamName": "s", "applicationName": "app", "region": "us-east-1", **options}
+    return Planner(SourceOptions.parse(raw), AsyncKinesis(AsyncFake(fake)))
+
+
+def trim_horizon(*sids):
+    return Offset({sid: Position.trim_horizon() for sid in sids})
+
+
+def test_latest_offset_answers_from_the_table_without_calls():
+    recs = log_of(20)
+    fake = TimedFake({"a": FakeShard(recs[:10]), "b": FakeShard(recs[10:])})
+    planner = planner_on(fake, minProbeIntervalMs="3600000", maxIdleProbeIntervalMs="3600000")
+    try:
+        start = trim_horizon(A, B)
+        end = planner.latest_offset(start)  # the first answer waits for the first probes
+        assert end.shards == {A: Position.after(recs[9][0]), B: Position.after(recs[19][0])}
+        calls = len(fake.calls)
+        for _ in range(5):
+            assert planner.latest_offset(start) == end
+            assert planner.latest_offset(end) == end
+        assert len(fake.calls) == calls
+    finally:
+        planner.close()
+
+
+def test_records_that_arrive_later_are_found_by_the_background():
+    recs = log_of(20)
+    fake = TimedFake({"a": FakeShard(recs[:10])})
+    planner = planner_on(fake, minProbeIntervalMs="50", maxIdleProbeIntervalMs="100")
+    try:
+        first = planner.latest_offset(trim_horizon(A))
+        fake.shards["a"].records.extend((seq, t + 0.5) for seq, t in recs[10:])
+        wait_for(lambda: planner.latest_offset(first) != first, timeout=10, what="the new tip")
+        assert planner.latest_offset(first).shards[A] == Position.after(recs[19][0])
+    finally:
+        planner.close()
+
+
+def test_an_idle_shard_is_probed_less_and_less_often_down_to_the_bound():
+    fake = TimedFake({"a": FakeShard(log_of(3))})
+    planner = planner_on(fake, minProbeIntervalMs="20", maxIdleProbeIntervalMs="300",
+                         getRecordsPerShardPerSecond="5")
+    try:
+        planner.latest_offset(trim_horizon(A))
+        wait_for(lambda: len(fake.reads) >= 9, timeout=20, what="nine probes of the idle shard")
+    finally:
+        planner.close()
+    gaps = [b - a for (_, a), (_, b) in zip(fake.reads, fake.reads[1:])]
+    # 20, 40, 80, 160 ms, then never less than the 300 ms bound (jitter only stretches it)
+    assert all(g >= 0.3 for g in gaps[-3:]), gaps
+    assert gaps[1] < 0.3
+
+
+def test_a_closed_shard_is_probed_until_its_end_and_then_no_more():
+    recs = log_of(4)
+    fake = TimedFake({"a": FakeShard(recs, closed=True), "b": FakeShard()})
+    planner = planner_on(fake, minProbeIntervalMs="10", maxIdleProbeIntervalMs="10",
+                         getRecordsPerShardPerSecond="5")
+    try:
+        end = planner.latest_offset(trim_horizon(A, B))
+        assert end.shards[A] == Position.after(recs[-1][0])
+        wait_for(lambda: planner.latest_offset(end).shards.get(A) == Position.shard_end(),
+                 timeout=10, what="SHARD_END")
+        reads_of_a = sum(1 for shard, _ in fake.reads if shard == "a")
+        b_before = sum(1 for shard, _ in fake.reads if shard == "b")
+        # the open shard beside it is probed every 10 ms meanwhile; the closed one never again
+        wait_for(lambda: sum(1 for shard, _ in fake.reads if shard == "b") >= b_before + 10,
+                 timeout=20, what="ten more probes of the open shard")
+        assert sum(1 for shard, _ in fake.reads if shard == "a") == reads_of_a
+    finally:
+        planner.close()
+
+
+def test_an_answer_never_goes_before_the_start_it_is_asked_for():
+    entry = ShardTip(seed=Position.after("100"), tip="300")
+    assert entry.covers(Position.after("200"))
+    assert entry.answer(Position.after("200"), None).tip == "300"
+    assert entry.answer(Position.after("300"), None).tip is None
+    assert entry.answer(Position.at("300"), None).tip == "300"  # AT includes the record
+    assert entry.answer(Position.after("200"), "250").tip == "250"  # capped (AvailableNow)
+    assert not entry.covers(Position.after("400"))  # the table is behind: it must reseed
+    assert not entry.covers(Position.trim_horizon())
