@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from kinesis_source.aws.kinesis import AsyncKinesis
@@ -75,7 +76,7 @@ def test_an_idle_shard_is_probed_less_and_less_often_down_to_the_bound():
         wait_for(lambda: len(fake.reads) >= 9, timeout=20, what="nine probes of the idle shard")
     finally:
         planner.close()
-    gaps = [b - a for (_, a), (_, b) in zip(fake.reads, fake.reads[1:])]
+    gaps = [b - a for (_, a), (_, b) in itertools.pairwise(fake.reads)]
     # 20, 40, 80, 160 ms, then never less than the 300 ms bound (jitter only stretches it)
     assert all(g >= 0.3 for g in gaps[-3:]), gaps
     assert gaps[1] < 0.3
