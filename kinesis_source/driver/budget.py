@@ -101,6 +101,16 @@ class CallBudget:
             bisect.insort(window.times, at)
         self.spent[op] += n
 
+    def book_read(self, key: Hashable, needs_iterator: bool, now: float) -> float:
+        """Book an executor read's first calls on ``key`` (a ``GetShardIterator`` too when it
+        has no iterator handed over) at the first time they fit; returns that time."""
+        at = self.free_at(key, GET_RECORDS, now=now)
+        if needs_iterator:
+            at = max(at, self.free_at(key, GET_SHARD_ITERATOR, now=now))
+            self.spend(key, GET_SHARD_ITERATOR, now=at)
+        self.spend(key, GET_RECORDS, now=at)
+        return at
+
     def forget(self, key: Hashable) -> None:
         """Drop a shard's windows (it left the query)."""
         for op in self.rates:

@@ -1,111 +1,63 @@
-"""Driver-side planning: initial and latest offsets, shard discovery, and the exact ranges of a
-batch.
+"""Driver-side planning: initial and latest offsets, and the exact ranges of a batch.
 
 Where each shard's batch ends comes from the tip table (``driver/tips.py``), which the tail
 probe (``driver/probe.py``) keeps fresh in the background within the per-shard call budget
-(``driver/budget.py``): in steady state ``latestOffset`` makes no AWS call. The planner's event
-loop runs in a thread of its own, so that the background work goes on between Spark's calls.
+(``driver/budget.py``): in steady state ``latestOffset`` makes no AWS call. The planner's
+coroutines run on an event loop in a thread of its own (``driver/runtime.py``), so that the
+background work and shard discovery (``driver/listing.py``) go on between Spark's calls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-from collections.abc import Awaitable, Collection, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from kinesis_source.aws.clients import AwsSettings
 from kinesis_source.aws.kinesis import AsyncKinesis, ShardInfo
+from kinesis_source.driver.available_now import Target, find_target
 from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, CallBudget, PacedKinesis
 from kinesis_source.driver.limits import BudgetPlanner
-from kinesis_source.driver.probe import (
-    SETTLE_PAUSE_S,
-    SETTLE_TIMEOUT_S,
-    ProbeResult,
-    TailProber,
-)
+from kinesis_source.driver.listing import ShardListing
+from kinesis_source.driver.probe import SETTLE_PAUSE_S, SETTLE_TIMEOUT_S, ProbeResult, TailProber
+from kinesis_source.driver.runtime import LoopThread
 from kinesis_source.driver.start import resolve_positions
 from kinesis_source.driver.tips import TipTable
-from kinesis_source.errors import KinesisSourceError, report_shard_gone
+from kinesis_source.errors import report_shard_gone
 from kinesis_source.lineage import gone_shards, probe_starts, retire_finished
 from kinesis_source.option_values import InitialPosition
 from kinesis_source.options import SourceOptions
-from kinesis_source.positions import (
-    AFTER,
-    Offset,
-    Position,
-    ShardId,
-    ShardRange,
-    seq_key,
-)
+from kinesis_source.positions import AFTER, Offset, Position, ShardId, ShardRange
+
+__all__ = ["Planner", "Target", "plan_ranges"]
 
 log = logging.getLogger(__name__)
-
-
-T = TypeVar("T")
 
 # How long the first answer for newly tracked shards waits for their first probe.
 FIRST_PROBE_TIMEOUT_S = 60.0
 # Under Trigger.AvailableNow, how long a batch waits for the table between looks.
 _TARGET_WAIT_S = 0.5
 
-
-@dataclass(frozen=True)
-class Target:
-    """What a ``Trigger.AvailableNow`` run reads: the data in the stream when it started.
-
-    ``caps`` holds each shard open at that moment and its newest record then (None if it had
-    none); shards closed then are read to their end. A shard created later holds only records
-    that arrived after the start, so it is not read at all.
-    """
-
-    caps: dict[ShardId, str | None]
-    closed: frozenset[ShardId]
-
-    def bound(
-        self, starts: dict[ShardId, Position]
-    ) -> tuple[dict[ShardId, Position], dict[ShardId, str]]:
-        """The shards of ``starts`` with records left within the target, and their caps."""
-        kept: dict[ShardId, Position] = {}
-        caps: dict[ShardId, str] = {}
-        for sid, pos in starts.items():
-            if sid in self.closed:
-                kept[sid] = pos
-                continue
-            cap = self.caps.get(sid)
-            if cap is None:
-                continue
-            if pos.kind == AFTER and _past(pos, cap):
-                continue
-            kept[sid], caps[sid] = pos, cap
-        return kept, caps
-
-
-def _past(pos: Position, cap: str) -> bool:
-    """True when nothing up to ``cap`` is left after the ``AFTER`` position ``pos`` (inside an
-    aggregate, the rest of the record ``cap`` itself may still be)."""
-    assert pos.seq is not None
-    if pos.sub_seq is not None:
-        return seq_key(pos.seq) > seq_key(cap)
-    return seq_key(pos.seq) >= seq_key(cap)
+# What an executor read gets from planning: the iterator and first record the probe found at
+# the range's start (or None), and the wall-clock time its first call is booked for.
+Booking = tuple[tuple[str, str] | None, float]
 
 
 class Planner:
     """Plans offsets and ranges for one query run; lives in Spark's driver-side Python helper.
 
-    Holds an event loop and an aiobotocore client made on first use (the reader that owns the
-    planner must stay picklable until then), the shard listing, and the last probe's answer.
+    Holds the event loop thread and an aiobotocore client made on first use (the reader that
+    owns the planner must stay picklable until then), the shard listing, the tip table and the
+    call budget.
     """
 
     def __init__(self, opts: SourceOptions, kinesis: AsyncKinesis | None = None) -> None:
         """``kinesis``: a client to use instead of one made from the options (tests; its calls
         are paced by the budget only if it is a :class:`PacedKinesis`)."""
         self._opts = opts
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._loop = LoopThread("kinesis-ddb-planner")
         self._kinesis: AsyncKinesis | None = kinesis
         self.budget = CallBudget({
             GET_RECORDS: opts.get_records_per_shard_per_second,
@@ -113,10 +65,7 @@ class Planner:
         })
         self._prober: TailProber | None = None
         self._tips: TipTable | None = None
-        self._background: list[asyncio.Task] = []
-        self._shards: dict[str, list[ShardInfo]] = {}
-        self._listed_at = float("-inf")
-        self._relist = False
+        self._listing = ShardListing(opts, self._client)
         self._lag: dict[str, dict] = {}  # by "<stream>/<shardId>": Spark shows it as JSON
         self._identity: dict[str, str] | None = None
         self._target: Target | None = None
@@ -126,18 +75,9 @@ class Planner:
 
     # -- runtime -------------------------------------------------------------------------
 
-    def _run(self, coro: Awaitable[T]) -> T:
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-            self._thread = threading.Thread(
-                target=self._loop.run_forever, name="kinesis-ddb-planner", daemon=True
-            )
-            self._thread.start()
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
-
     def kinesis(self) -> AsyncKinesis:
         """The run's Kinesis client, made now if it was not yet."""
-        return self._run(self._client())
+        return self._loop.run(self._client())
 
     async def _client(self) -> AsyncKinesis:
         if self._kinesis is None:
@@ -149,80 +89,70 @@ class Planner:
             )
         return self._kinesis
 
+    def _prober_ready(self) -> TailProber:
+        assert self._prober is not None, "client not created"
+        return self._prober
+
     def _tip_table(self) -> TipTable:
-        """The tip table, and the background tasks that keep it and the listing fresh."""
+        """The tip table; made with the background tasks that keep it and the listing fresh."""
         if self._tips is None:
             opts = self._opts
-            self._tips = TipTable(
+            tips = self._tips = TipTable(
                 self._prober_ready(),
                 self.budget,
                 opts.min_probe_interval_ms / 1000,
                 opts.max_idle_probe_interval_ms / 1000,
-                on_ended=self._ended,
+                on_ended=self._listing.stale,
             )
-            for work in (self._tips.run(), self._discover()):
-                task = asyncio.ensure_future(work)
-                task.add_done_callback(self._background_failed)
-                self._background.append(task)
+
+            def failed(exc: BaseException) -> None:
+                tips.error = exc  # raised by the next latestOffset
+
+            self._loop.spawn(tips.run(), failed)
+            self._loop.spawn(self._listing.discover(), failed)
         return self._tips
-
-    def _ended(self) -> None:
-        self._relist = True  # a closed shard's children, or a gone shard's absence, come next
-
-    def _background_failed(self, task: asyncio.Task) -> None:
-        if not task.cancelled() and task.exception() is not None and self._tips is not None:
-            self._tips.error = task.exception()
-
-    async def _discover(self) -> None:
-        """List the streams' shards every ``shardDiscoveryIntervalMs``, off the batch path."""
-        interval = max(self._opts.shard_discovery_interval_ms / 1000, 1.0)
-        while True:
-            await asyncio.sleep(max(0.0, self._listed_at + interval - time.monotonic()))
-            if time.monotonic() - self._listed_at >= interval:
-                await self._listing(force=True)
 
     def close(self) -> None:
         """Stop the background work, close the client and the event loop."""
-        if self._loop is None:
-            return
 
-        async def shutdown() -> None:
-            for task in self._background:
-                task.cancel()
-            await asyncio.gather(*self._background, return_exceptions=True)
+        async def close_client() -> None:
             if self._kinesis is not None:
                 await self._kinesis.close()
                 self._kinesis = None
 
-        self._run(shutdown())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self._loop.close()
-        self._loop = None
+        self._loop.close(close_client)
 
     # -- shards --------------------------------------------------------------------------
 
-    async def _listing(self, force: bool = False) -> dict[str, list[ShardInfo]]:
-        due = time.monotonic() - self._listed_at >= self._opts.shard_discovery_interval_ms / 1000
-        if force or due or not self._shards:
-            k = await self._client()
-            lists = await asyncio.gather(*(self._list(k, s) for s in self._opts.stream_names))
-            self._shards = dict(zip(self._opts.stream_names, lists, strict=True))
-            self._listed_at = time.monotonic()
-        return self._shards
+    def shard_ids(self) -> set[ShardId]:
+        """Every listed shard (lists now if not yet listed)."""
+        self._loop.run(self._listing.get())
+        return self._listing.ids()
 
-    async def _list(self, k: AsyncKinesis, stream: str) -> list[ShardInfo]:
-        try:
-            return await k.list_shards(stream)
-        except KinesisSourceError:
-            if self._opts.fail_on_data_loss:
-                raise
-            log.warning(
-                "Kinesis stream '%s' was not found; reading none of it until it exists "
-                "(failOnDataLoss=false)", stream
-            )
-            return []
+    def hash_ranges(self) -> dict[ShardId, tuple[int, int] | None]:
+        """Each listed shard's (first, last) hash key (lists now if not yet listed); None where
+        the listing gave no range."""
+        self._loop.run(self._listing.get())
+        return self._listing.hash_ranges()
+
+    def streams_entering(self, start: Offset) -> list[str]:
+        """The query's streams that have shards (listing now if none was made yet) but none
+        in ``start``: streams added to a query that already ran. Asked on every
+        ``latestOffset``, so the last listing serves (discovery refreshes it)."""
+        if not self._listing.shards:
+            self._loop.run(self._listing.get())
+        return self._listing.entering(start.streams)
+
+    def listed(self) -> Mapping[str, list[ShardInfo]]:
+        """The shard listing as last fetched (no call; empty before the first listing)."""
+        return self._listing.view()
+
+    def stream_identities(self) -> dict[str, str]:
+        """Each stream's creation time: a stream re-created under its name gets a new one.
+        Asked once per run (the checkpointer compares and stores it)."""
+        if self._identity is None:
+            self._identity = self._loop.run(self._listing.identities())
+        return self._identity
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -231,56 +161,14 @@ class Planner:
     ) -> Offset:
         """Positions per listed shard for an initial position (LATEST probes each tip); with
         ``streams``, for the shards of those streams only."""
-        return self._run(self._resolve_initial(spec, streams))
+        return self._loop.run(self._resolve_initial(spec, streams))
 
     async def _resolve_initial(
         self, spec: InitialPosition, streams: Collection[str] | None
     ) -> Offset:
-        listing = await self._listing(force=True)
+        await self._client()
+        listing = await self._listing.get(force=True)
         return await resolve_positions(spec, listing, self._prober_ready(), streams)
-
-    def shard_ids(self) -> set[ShardId]:
-        """Every listed shard (lists now if not yet listed)."""
-        listing = self._run(self._listing())
-        return {ShardId(st, s.shard_id) for st, shards in listing.items() for s in shards}
-
-    def hash_ranges(self) -> dict[ShardId, tuple[int, int] | None]:
-        """Each listed shard's (first, last) hash key (lists now if not yet listed); None where
-        the listing gave no range."""
-        listing = self._run(self._listing())
-        return {
-            ShardId(st, s.shard_id): s.hash_range
-            for st, shards in listing.items()
-            for s in shards
-        }
-
-    def streams_entering(self, start: Offset) -> list[str]:
-        """The query's streams that have shards (listing now if none was made yet) but none
-        in ``start``: streams added to a query that already ran. Asked on every
-        ``latestOffset``, so the last listing serves (the probe refreshes it)."""
-        listing = self._shards or self._run(self._listing())
-        return [s for s in self._opts.stream_names if listing.get(s) and s not in start.streams]
-
-    def listed(self) -> Mapping[str, list[ShardInfo]]:
-        """The shard listing as last fetched (no call; empty before the first listing)."""
-        return self._shards
-
-    def stream_identities(self) -> dict[str, str]:
-        """Each stream's creation time: a stream re-created under its name gets a new one.
-        Asked once per run (the checkpointer compares and stores it)."""
-        if self._identity is None:
-            self._identity = self._run(self._identities())
-        return self._identity
-
-    async def _identities(self) -> dict[str, str]:
-        k = await self._client()
-        streams = self._opts.stream_names
-        created = await asyncio.gather(*(k.creation_time(s) for s in streams))
-        return dict(zip(streams, created, strict=True))
-
-    def _prober_ready(self) -> TailProber:
-        assert self._prober is not None, "client not created"
-        return self._prober
 
     def latest_offset(self, start: Offset, max_records: int | None = None) -> Offset:
         """The exact end of the next batch: every shard's newest known record after ``start``
@@ -290,46 +178,26 @@ class Planner:
 
         Returns ``start`` itself when nothing new is known, so idle streams run no batches.
         """
-        return self._run(self._probe(start, max_records))
+        return self._loop.run(self._probe(start, max_records))
 
     def prepare_available_now(self) -> Target:
         """Fix the target of a ``Trigger.AvailableNow`` run: every open shard's newest record
         now. Later ends never pass it, so the run stops once every shard reached it."""
-        self._target = self._run(self._find_target())
+        self._target = target = self._loop.run(self._find_target())
         log.info(
             "Trigger.AvailableNow: reading up to the newest record of %d open shard(s), and "
             "%d closed shard(s) to their end",
-            len(self._target.caps), len(self._target.closed),
+            len(target.caps), len(target.closed),
         )
-        return self._target
+        return target
 
     async def _find_target(self) -> Target:
-        listing = await self._listing(force=True)
-        open_shards = {
-            ShardId(stream, s.shard_id): Position.trim_horizon()
-            for stream, shards in listing.items()
-            for s in shards
-            if not s.is_closed
-        }
-        results = await self._prober_ready().settle_all(open_shards)
-        unsettled = sorted(str(sid) for sid, r in results.items() if r.pending)
-        if unsettled:
-            raise KinesisSourceError(
-                f"Trigger.AvailableNow cannot fix its target: Kinesis served only empty pages "
-                f"for shard(s) {', '.join(unsettled)} for {SETTLE_TIMEOUT_S:g} s, so their newest "
-                "record is unknown. Start the query again (the next probe goes on from there)."
-            )
-        closed = frozenset(
-            ShardId(stream, s.shard_id)
-            for stream, shards in listing.items()
-            for s in shards
-            if s.is_closed
-        )
-        return Target({sid: r.tip for sid, r in results.items()}, closed)
+        await self._client()
+        return await find_target(await self._listing.get(force=True), self._prober_ready())
 
     async def _probe(self, start: Offset, max_records: int | None) -> Offset:
-        listing = await self._listing(force=self._relist)
-        self._relist = False
+        await self._client()
+        listing = await self._listing.get()
         positions = dict(start.shards)
         for sid in gone_shards(listing, start.shards):
             report_shard_gone(sid.stream, sid.shard, start.shards[sid], self._opts.fail_on_data_loss)
@@ -355,12 +223,12 @@ class Planner:
             lag[str(sid)] = {"tip": result.tip, "millisBehindLatest": result.behind_ms}
             if result.gone:
                 positions.pop(sid, None)  # reported by the probe; the listing will drop it
-                self._relist = True
+                self._listing.stale()
             elif result.tip is not None:
                 positions[sid] = Position.after(result.tip)
             elif result.ended:
                 positions[sid] = Position.shard_end()
-                self._relist = True  # its children are what comes next
+                self._listing.stale()  # its children are what comes next
             elif sid not in positions:
                 # A newly eligible shard joins the offset at once, even empty, so that its
                 # parents can leave it.
@@ -375,7 +243,6 @@ class Planner:
         max_records: int | None,
     ) -> dict[ShardId, ProbeResult]:
         """Each shard's end for the next batch: its tip, or a fair cut under a read limit."""
-        await self._client()
         tips = self._tip_table()
         if max_records is not None:
             tips.track({})  # a limited batch reads its records itself
@@ -391,28 +258,22 @@ class Planner:
             await tips.settled(fresh, FIRST_PROBE_TIMEOUT_S)
         return tips.answers(starts, caps)
 
-    def hand_over(self, ranges: list[ShardRange]) -> dict[ShardId, tuple[tuple[str, str] | None, float]]:
+    def hand_over(self, ranges: list[ShardRange]) -> dict[ShardId, Booking]:
         """For each range an executor will read: the iterator the probe left at its start (if
         fresh) and the wall-clock time before which the read must not start, its calls booked
         in the shard's budget (so driver probes and executor reads of a shard never exceed it
         together)."""
-        return self._run(self._hand_over(ranges))
+        return self._loop.run(self._hand_over(ranges))
 
-    async def _hand_over(
-        self, ranges: list[ShardRange]
-    ) -> dict[ShardId, tuple[tuple[str, str] | None, float]]:
+    async def _hand_over(self, ranges: list[ShardRange]) -> dict[ShardId, Booking]:
         if self._opts.consumer_mode == "efo":
             return {}  # subscriptions do not spend the polling budget
         await self._client()
-        out: dict[ShardId, tuple[tuple[str, str] | None, float]] = {}
+        out: dict[ShardId, Booking] = {}
         now, wall = time.monotonic(), time.time()
         for rng in ranges:
             opener = self._prober_ready().opener(rng.shard, rng.start)
-            at = self.budget.free_at(rng.shard, GET_RECORDS, now=now)
-            if opener is None:
-                at = max(at, self.budget.free_at(rng.shard, GET_SHARD_ITERATOR, now=now))
-                self.budget.spend(rng.shard, GET_SHARD_ITERATOR, now=at)
-            self.budget.spend(rng.shard, GET_RECORDS, now=at)
+            at = self.budget.book_read(rng.shard, opener is None, now)
             self._booked += 1
             out[rng.shard] = (opener, wall + (at - now))
         return out

@@ -1,0 +1,69 @@
+"""The driver's event loop, run in a thread of its own.
+
+Spark's driver-side helper calls the reader synchronously and only when it needs an answer; the
+tip table and shard discovery must go on between those calls. So the planner's coroutines run
+on one asyncio loop in a daemon thread, and each synchronous call waits for its coroutine there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop in a daemon thread, started on first use, with background tasks."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    @property
+    def started(self) -> bool:
+        """True once a coroutine ran (and until :meth:`close`)."""
+        return self._loop is not None
+
+    def run(self, coro: Awaitable[T]) -> T:
+        """Run ``coro`` on the loop and wait for its result (or its exception)."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, name=self._name, daemon=True)
+            self._thread.start()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], on_error: Callable[[BaseException], None]) -> None:
+        """Start ``coro`` as a background task (call from the loop); ``on_error`` gets what
+        ends it other than cancellation."""
+
+        def done(task: asyncio.Task) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                on_error(task.exception())  # type: ignore[arg-type]
+
+        task = asyncio.ensure_future(coro)
+        task.add_done_callback(done)
+        self._tasks.append(task)
+
+    def close(self, last: Callable[[], Awaitable[None]]) -> None:
+        """Cancel the background tasks, run ``last()`` on the loop, then stop it."""
+        if self._loop is None:
+            return
+
+        async def shutdown() -> None:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            self._tasks.clear()
+            await last()
+
+        self.run(shutdown())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._loop.close()
+        self._loop = None
