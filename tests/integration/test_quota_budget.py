@@ -3,15 +3,11 @@ steady producer, Spark's default trigger, and a neighbour application polling ev
 
 from __future__ import annotations
 
-import threading
 import time
 
-import boto3
 import pytest
-from botocore.config import Config
-from botocore.exceptions import ClientError
 
-from tests.support.quota import Feeder, QuotaProxy
+from tests.support.quota import Feeder, Neighbour, QuotaProxy
 from tests.support.spark_query import running
 from tests.support.waiting import wait_for
 
@@ -20,47 +16,6 @@ pytestmark = pytest.mark.spark
 SHARDS = 4
 RATE = 50  # records per second per shard
 RUN_S = 30  # measured after the first batch
-NEIGHBOUR = "neighbour"
-
-
-class Neighbour:
-    """Another application: reads every shard's tip once a second, without retries, so each
-    refusal is seen."""
-
-    def __init__(self, url: str, stream: str, shards: list[str]) -> None:
-        self._client = boto3.client(
-            "kinesis", endpoint_url=url, region_name="us-east-1", aws_access_key_id=NEIGHBOUR,
-            aws_secret_access_key="local", config=Config(retries={"total_max_attempts": 1}),
-        )
-        self._stream, self._shards = stream, shards
-        self.refused = 0
-        self.calls = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        its = {}
-        for shard in self._shards:
-            its[shard] = self._client.get_shard_iterator(
-                StreamName=self._stream, ShardId=shard, ShardIteratorType="LATEST")["ShardIterator"]
-        while not self._stop.wait(1.0):  # once a second, as the neighbour is specified
-            for shard in self._shards:
-                self.calls += 1
-                try:
-                    its[shard] = self._client.get_records(ShardIterator=its[shard])["NextShardIterator"]
-                except ClientError as exc:
-                    assert exc.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
-                    self.refused += 1
-
-    def __enter__(self) -> Neighbour:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-
 def test_a_steady_query_keeps_to_its_call_budget_beside_a_neighbour(
     spark, kinesis, kinesis_backend, make_stream, source_options, tmp_path
 ):

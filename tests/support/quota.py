@@ -19,6 +19,9 @@ from the answers it forwards, so every ``GetRecords`` is counted against its sha
 told apart by access key id (one per application) and by client kind (``async``: aiobotocore,
 the source's driver; ``sync``: boto3, its executors and most tools).
 
+:class:`Neighbour` is another application polling every shard, as the one the source shares the
+quota with.
+
 :class:`Feeder` writes records to chosen shards at a steady rate, so a stream has records
 arriving over time as a producer's would.
 """
@@ -35,9 +38,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
 from tests.support.proxy import THROTTLED, FaultProxy, Seen, _error
 
 LIMIT_EXCEEDED = "LimitExceededException"
+NEIGHBOUR = "neighbour"  # the access key of the Neighbour application
 MIB = 1024 * 1024
 WINDOW_S = 1.0
 
@@ -248,6 +256,44 @@ def _densest(times: list[float], window_s: float) -> int:
             lo += 1
         best = max(best, hi - lo + 1)
     return best
+
+
+class Neighbour:
+    """Another application: reads every shard's tip ``rate`` times a second (all shards each
+    round), without retries, so each refusal is seen; ``refused`` and ``calls`` count them."""
+
+    def __init__(self, url: str, stream: str, shards: list[str], rate: float = 1.0) -> None:
+        self._client = boto3.client(
+            "kinesis", endpoint_url=url, region_name="us-east-1", aws_access_key_id=NEIGHBOUR,
+            aws_secret_access_key="local", config=Config(retries={"total_max_attempts": 1}),
+        )
+        self._stream, self._shards, self._pause = stream, shards, 1.0 / rate
+        self.refused = 0
+        self.calls = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        its = {}
+        for shard in self._shards:
+            its[shard] = self._client.get_shard_iterator(
+                StreamName=self._stream, ShardId=shard, ShardIteratorType="LATEST")["ShardIterator"]
+        while not self._stop.wait(self._pause):  # the neighbour's polling rate
+            for shard in self._shards:
+                self.calls += 1
+                try:
+                    its[shard] = self._client.get_records(ShardIterator=its[shard])["NextShardIterator"]
+                except ClientError as exc:
+                    assert exc.response["Error"]["Code"] == THROTTLED
+                    self.refused += 1
+
+    def __enter__(self) -> Neighbour:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
 
 
 class Feeder:
