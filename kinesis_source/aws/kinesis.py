@@ -39,6 +39,7 @@ NOT_FOUND = "ResourceNotFoundException"
 INVALID_ARGUMENT = "InvalidArgumentException"
 IN_USE = "ResourceInUseException"
 LIMIT_EXCEEDED = "LimitExceededException"
+THROTTLED = "ProvisionedThroughputExceededException"
 
 
 # An expired iterator is re-derived at once; more than a few in a row means something else.
@@ -234,6 +235,10 @@ class AsyncKinesis:
                         current["it"] = None
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def forget(self, key: Any) -> None:
+        """Drop what is kept for a shard that left the query (nothing here; see the driver's
+        paced client)."""
 
     async def close(self) -> None:
         """Close the underlying client."""

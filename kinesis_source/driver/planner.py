@@ -245,7 +245,7 @@ class Planner:
         """Each shard's end for the next batch: its tip, or a fair cut under a read limit."""
         tips = self._tip_table()
         if max_records is not None:
-            tips.track({})  # a limited batch reads its records itself
+            tips.track({}, forget=False)  # a limited batch reads its records itself (with the probe's iterators)
             budget = BudgetPlanner(
                 await self._client(), self._prober_ready(), self._opts.max_records_per_fetch
             )

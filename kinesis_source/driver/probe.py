@@ -205,6 +205,7 @@ class TailProber:
         """Drop what is kept for a shard that left the query."""
         self._continuations.pop(key, None)
         self._openers.pop(key, None)
+        self._kinesis.forget(key)
 
     async def _open(self, stream: str, shard: str, start: Position, limit: int) -> Page:
         """The first page after ``start``, checking that ``start``'s record is still there."""

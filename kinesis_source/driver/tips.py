@@ -27,6 +27,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from botocore.exceptions import ClientError
+
+from kinesis_source.aws.clients import error_code
+from kinesis_source.aws.kinesis import THROTTLED
 from kinesis_source.driver.budget import GET_RECORDS, CallBudget
 from kinesis_source.driver.probe import SETTLE_PAUSE_S, ProbeResult, TailProber
 from kinesis_source.positions import AFTER, AT, Position, ShardId, seq_key
@@ -34,6 +38,7 @@ from kinesis_source.positions import AFTER, AT, Position, ShardId, seq_key
 log = logging.getLogger(__name__)
 
 PROBE_CONCURRENCY = 64
+THROTTLED_PAUSE_S = 5.0  # after a probe throttled beyond botocore's retries
 IDLE_JITTER = 0.2  # an idle shard's interval is stretched by up to this fraction
 
 
@@ -112,13 +117,16 @@ class TipTable:
 
     # -- what latestOffset asks ----------------------------------------------------------
 
-    def track(self, starts: Mapping[ShardId, Position]) -> list[ShardId]:
+    def track(self, starts: Mapping[ShardId, Position], forget: bool = True) -> list[ShardId]:
         """Track exactly these shards from these starts; the ones (re)seeded now, whose answer
-        needs a first probe. A shard asked about after its idle backoff is probed at once."""
+        needs a first probe. Shards no longer asked about (finished, past an AvailableNow
+        target) leave the table, and unless not ``forget``, what the probe kept for them."""
         fresh = []
         for key in list(self.entries):
             if key not in starts:
                 del self.entries[key]
+                if forget:
+                    self._prober.forget(key)
         for key, start in starts.items():
             entry = self.entries.get(key)
             if entry is None or not entry.covers(start):
@@ -222,6 +230,15 @@ class TipTable:
                 result = await self._prober.probe(key.stream, key.shard, entry.after())
         except asyncio.CancelledError:
             raise
+        except ClientError as exc:
+            result = None
+            if error_code(exc) != THROTTLED:
+                self.error = exc  # surfaced by the next latestOffset
+            else:
+                # Other applications took the shard's quota even after botocore's retries: the
+                # table keeps its last answer and tries again later; the query only slows.
+                log.warning("probe of %s throttled after retries; trying again in %.0f s", key, THROTTLED_PAUSE_S)
+                entry.due = time.monotonic() + THROTTLED_PAUSE_S
         except BaseException as exc:  # surfaced by the next latestOffset
             self.error = exc
             result = None
@@ -230,6 +247,8 @@ class TipTable:
         self.probes += 1
         if result is not None:
             self._update(entry, result)
+        elif entry.probed_at is None and self.error is None:
+            entry.probed_at = time.monotonic()  # a first answer is due: "nothing known yet"
         if not (entry.ended or entry.gone) and self.entries.get(key) is entry:
             self._schedule(key, entry)
         changed = self._condition()

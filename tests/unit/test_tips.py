@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import time
 
+from botocore.exceptions import ClientError
+
 from kinesis_source.aws.kinesis import AsyncKinesis
 from kinesis_source.driver.planner import Planner
 from kinesis_source.driver.tips import ShardTip
@@ -111,3 +113,32 @@ def test_an_answer_never_goes_before_the_start_it_is_asked_for():
     assert entry.answer(Position.after("200"), "250").tip == "250"  # capped (AvailableNow)
     assert not entry.covers(Position.after("400"))  # the table is behind: it must reseed
     assert not entry.covers(Position.trim_horizon())
+
+
+class ThrottlingFake(TimedFake):
+    """Refuses the next ``throttle`` GetRecords as Kinesis does when the shard's quota is spent."""
+
+    throttle = 0
+
+    def get_records(self, ShardIterator, Limit):
+        if self.throttle:
+            self.throttle -= 1
+            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "x"}},
+                              "GetRecords")
+        return super().get_records(ShardIterator, Limit)
+
+
+def test_a_probe_throttled_beyond_retries_slows_the_query_and_never_fails_it(monkeypatch):
+    monkeypatch.setattr("kinesis_source.driver.tips.THROTTLED_PAUSE_S", 0.05)
+    recs = log_of(6)
+    fake = ThrottlingFake({"a": FakeShard(recs)})
+    fake.throttle = 3
+    planner = planner_on(fake, minProbeIntervalMs="10", maxIdleProbeIntervalMs="10")
+    try:
+        start = trim_horizon(A)
+        assert planner.latest_offset(start) == start  # nothing known yet, and no error
+        wait_for(lambda: planner.latest_offset(start).shards[A] == Position.after(recs[-1][0]),
+                 timeout=10, what="the tip once the quota is free again")
+        assert fake.throttle == 0
+    finally:
+        planner.close()
