@@ -13,6 +13,7 @@ import pytest
 from kinesis_source.tools.local import LOCAL_CREDENTIALS, LocalEndpoint
 from tests.support import expiry
 from tests.support.kinesis_local import KinesisLocal
+from tests.support.quota import FAST_PLANNING
 from tests.support.waiting import wait_for
 
 # Spark's helper and worker processes inherit the environment of this process: they must run
@@ -146,5 +147,5 @@ def source_options(endpoint, kinesis_backend):
         "region": "us-east-1",
         "awsAccessKeyId": "local",
         "awsSecretKey": "local",
-        "minProbeIntervalMs": "100",
+        **FAST_PLANNING,  # tests of the call budget itself drop these (as_users_run)
     }

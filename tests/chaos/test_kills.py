@@ -14,7 +14,7 @@ from tests.chaos.campaign import assert_replayed_where_due, describe, run_campai
 from tests.chaos.driver import ChaosDriver
 from tests.support.boto3_reads import read_range_boto3
 from tests.support.checker import load_deliveries
-from tests.support.quota import Neighbour, QuotaProxy, Quotas
+from tests.support.quota import Neighbour, QuotaProxy, Quotas, as_users_run
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.backends("moto")]
@@ -94,7 +94,8 @@ def test_driver_sigkills_while_throttled_lose_nothing(
     with QuotaProxy(kinesis_backend, Quotas(get_records_calls=3)) as quota, Neighbour(
         quota.url, stream, shards, rate=2.0
     ) as neighbour:
-        options = {**source_options, "streamName": stream, "endpointUrl": quota.url}
+        options = as_users_run(source_options)
+        options.update(streamName=stream, endpointUrl=quota.url)
         outcome = run_campaign(
             kinesis=kinesis, ddb=ddb, stream=stream, options=options, out=tmp_path,
             kills=harness.KILLS, rng=harness.rng_for("sigkill-throttled"),

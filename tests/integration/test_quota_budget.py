@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.support.quota import Feeder, Neighbour, QuotaProxy
+from tests.support.quota import Feeder, Neighbour, QuotaProxy, as_users_run
 from tests.support.spark_query import running
 from tests.support.waiting import wait_for
 
@@ -21,8 +21,8 @@ def test_a_steady_query_keeps_to_its_call_budget_beside_a_neighbour(
 ):
     stream = make_stream(SHARDS)
     shards = [s["ShardId"] for s in kinesis.list_shards(StreamName=stream)["Shards"]]
-    options = {**source_options, "streamName": stream, "initialPosition": "TRIM_HORIZON"}
-    del options["minProbeIntervalMs"]  # the default, as users run it
+    options = as_users_run(source_options)
+    options.update(streamName=stream, initialPosition="TRIM_HORIZON")
     with QuotaProxy(kinesis_backend) as quota, Feeder(kinesis, stream, shards, RATE) as feed:
         options["endpointUrl"] = quota.url
         with Neighbour(quota.url, stream, shards) as neighbour, running(
