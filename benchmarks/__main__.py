@@ -1,11 +1,17 @@
 """Run every benchmark, write ``benchmarks/results/<date>.json`` and the generated part of
 ``docs/benchmarks.md``.
 
-    .venv/bin/python -m benchmarks [--quick] [--only read_path,kpl,commit,planning,memory,e2e,e2e_canned,overhead]
+    .venv/bin/python -m benchmarks [--quick] [--only read_path,kpl,commit,planning,memory,e2e,e2e_canned,overhead,quota]
 
 ``--quick`` runs smoke sizes (a minute or few, to check the suite works); without it the sizes are
 those published. One moto server and one Spark session serve the whole run (``e2e_canned`` starts
-its own canned Kinesis server and keeps only DynamoDB on moto).
+its own canned Kinesis server and keeps only DynamoDB on moto; ``quota`` puts a quota-enforcing
+proxy in front of moto's Kinesis).
+
+A run's results file holds what that run measured, nothing else: ``<date>[-quick].json``, or
+``<date>[-quick]-<suite>+<suite>.json`` for ``--only``. The doc's generated part shows a full-size
+``--only`` run merged with the earlier full-size results files (each suite from the newest file
+that has it, each with its command, date and file); a smoke run shows only itself.
 """
 
 from __future__ import annotations
@@ -19,11 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import commit, e2e, kpl, memory, overhead, planning, read_path, report
+from benchmarks import commit, e2e, kpl, memory, overhead, planning, quota, read_path, report
 from benchmarks.common import local_env, machine
 
 ROOT = Path(__file__).resolve().parent.parent
-SUITES = ("read_path", "kpl", "commit", "planning", "memory", "e2e", "e2e_canned", "overhead")
+SUITES = report.SUITES
 
 
 def _run(name: str, fn: Callable[[], Any], results: dict[str, Any]) -> None:
@@ -47,6 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     local_env()
     now = datetime.datetime.now(datetime.timezone.utc)
     stamp = now.strftime("%Y-%m-%d") + ("-quick" if args.quick else "")
+    if args.only:
+        stamp += "-" + "+".join(s for s in SUITES if s in only)
     out_file = ROOT / "benchmarks" / "results" / f"{stamp}.json"
     results: dict[str, Any] = {
         "date": now.isoformat(timespec="seconds"),
@@ -63,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         _run("kpl", lambda: kpl.run_suite(q), results)
     if "memory" in only:
         _run("memory", lambda: memory.run_suite(q), results)
-    if only & {"commit", "planning", "e2e", "e2e_canned", "overhead"}:
+    if only & {"commit", "planning", "e2e", "e2e_canned", "overhead", "quota"}:
         from kinesis_source.tools.local import LocalEndpoint
 
         with LocalEndpoint() as ep:
@@ -71,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
                 _run("commit", lambda: commit.run_suite(ep.url, q), results)
             if "planning" in only:
                 _run("planning", lambda: planning.run_suite(ep.url, q), results)
-            if only & {"e2e", "e2e_canned", "overhead"}:
+            if only & {"e2e", "e2e_canned", "overhead", "quota"}:
                 from benchmarks import spark_env
 
                 spark = spark_env.session()
@@ -82,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
                         _run("e2e_canned", lambda: e2e.run_canned_suite(spark, ep.url, q), results)
                     if "overhead" in only:
                         _run("overhead", lambda: overhead.run_suite(spark, ep.url, q), results)
+                    if "quota" in only:
+                        _run("quota", lambda: quota.run_suite(spark, ep.url, q), results)
                 finally:
                     spark.stop()
     results["targets"] = report.targets(results)
@@ -91,8 +101,23 @@ def main(argv: list[str] | None = None) -> None:
     for t in results["targets"]:
         print(f"  {'PASS' if t['pass'] else 'FAIL'}  {t['target']} {t['goal']}: {t['shown']}")
     if not args.no_doc:
-        report.update_doc(ROOT / "docs" / "benchmarks.md", report.render(results))
+        shown = results
+        if args.only and not args.quick:
+            shown = report.merge([*_earlier_full_runs(out_file), results])
+        report.update_doc(ROOT / "docs" / "benchmarks.md", report.render(shown))
         print("== updated docs/benchmarks.md")
+
+
+def _earlier_full_runs(out_file: Path) -> list[dict[str, Any]]:
+    """The full-size results files other than ``out_file``, oldest first."""
+    runs = []
+    for path in sorted(out_file.parent.glob("*.json")):
+        if path == out_file:
+            continue
+        run = json.loads(path.read_text())
+        if not run.get("quick"):
+            runs.append(run)
+    return sorted(runs, key=lambda r: r["date"])
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """The targets and the generated tables of ``docs/benchmarks.md``, from a results JSON.
 
-``python -m benchmarks.report benchmarks/results/<date>.json`` rewrites the generated part of
-``docs/benchmarks.md`` (between ``BEGIN``/``END`` markers) from that file; ``python -m benchmarks``
-does the same after a run. The text around the markers is written by hand.
+``python -m benchmarks.report benchmarks/results/<date>.json [more.json ...]`` rewrites the
+generated part of ``docs/benchmarks.md`` (between ``BEGIN``/``END`` markers) from that file, or
+from several merged (each suite from the newest file that has it, with each file's provenance);
+``python -m benchmarks`` does the same after a run (a run of some suites, ``--only``, is merged
+with the earlier full-size runs). The text around the markers is written by hand.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     if plan:
         pct = plan["sustained"]["new_data"]["probe_pct_of_batch"]
         add("probe bytes / batch bytes (sustained batch)", "<= 2%", pct, f"{pct:.2f}%", pct <= 2.0)
-        new, idle = plan["ratio_1000_over_10_new_data"], plan["ratio_1000_over_10_idle"]
-        add("latestOffset time, 1,000 / 10 shards", "<= 3x", max(new, idle),
-            f"{new:.1f}x with new data, {idle:.1f}x idle", max(new, idle) <= 3.0)
+        if "ratio_1000_over_10_new_data" in plan:
+            new, idle = plan["ratio_1000_over_10_new_data"], plan["ratio_1000_over_10_idle"]
+            add("latestOffset time, 1,000 / 10 shards", "<= 3x", max(new, idle),
+                f"{new:.1f}x with new data, {idle:.1f}x idle", max(new, idle) <= 3.0)
+    _quota_targets(add, res.get("quota"))
     commits = {r["shards"]: r for r in res.get("commit", [])}
     if 1000 in commits:
         c = commits[1000]
@@ -47,14 +51,51 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             shown, c["calls"] <= 10 and secs <= 1.0)
     over = res.get("overhead")
     if over:
-        ratio = over["overhead_ratio"]
-        add("per-batch overhead vs rate source", "<= 1.5x", ratio, f"{ratio:.2f}x", ratio <= 1.5)
+        if "batch_time_ratio_vs_rate" in over:  # median batch time (the tip table's results on)
+            ratio, floor, how = over["batch_time_ratio_vs_rate"], over["floor_ratio"], "median batch time"
+        else:  # earlier results: batches/s with triggers back to back
+            ratio, how = over["overhead_ratio"], "batches/s"
+            floor = over["python_floor_bps"]["median"] / over["kinesis_ddb_bps"]["median"] \
+                if over.get("python_floor_bps") else None
+        add("per-batch overhead vs rate source", "<= 1.5x", ratio, f"{ratio:.2f}x ({how})", ratio <= 1.5)
+        if floor is not None:
+            add("per-batch overhead vs Python source without I/O", "<= 1.15x", floor,
+                f"{floor:.2f}x ({how})", floor <= 1.15)
     mem = res.get("memory")
     if mem:
         mb = mem["growth_mib"]["median"] * MB_PER_MIB
         add(f"executor RSS growth over a {mem['records']:,}-record range", "<= 100 MB", mb,
             f"{mb:.1f} MB", mb <= 100.0)
     return out
+
+
+def _quota_targets(add: Any, quota: dict[str, Any] | None) -> None:
+    """Issue 16's rows: the source's calls per shard (peaks in 10-s windows, at every shard
+    count run), refusals of the source and the neighbour, idle probing."""
+    if not quota:
+        return
+    runs = quota["runs"]
+    counts = "/".join(f"{r['shards']:,}" for r in runs)
+    for op, key, goal in (("GetRecords", "get_records", 2.0), ("GetShardIterator", "get_shard_iterator", 1.0)):
+        worst = max(r["window"][f"{key}_peak"] for r in runs)
+        shown = ", ".join(f"{r['window'][f'{key}_peak']:.2f} ({_run_label(r)})" for r in runs)
+        add(f"{op} per shard per second (10 s windows), {counts} shards", f"<= {goal:g}", worst,
+            shown, worst <= goal)
+    spark = [r for r in runs if r["setting"] == "spark"]
+    source = sum(r["refused_source"] for r in runs)
+    neighbour = sum(r["refused_neighbour"] for r in spark)
+    add("throttled calls (source and neighbour)", "= 0", source + neighbour,
+        f"source {source}, neighbour {neighbour} (of {sum(r['neighbour_calls'] for r in spark):,} calls)",
+        source + neighbour == 0)
+    if spark:
+        idle = [r["idle"]["driver_get_records_per_shard_per_minute"] for r in spark]
+        add("driver GetRecords per idle shard per minute", "<= 6", max(idle),
+            ", ".join(f"{v:.1f} ({r['shards']:,} shards)" for v, r in zip(idle, spark, strict=True)),
+            max(idle) <= 6.0)
+
+
+def _run_label(r: dict[str, Any]) -> str:
+    return f"{r['shards']:,} shards" + ("" if r["setting"] == "spark" else ", driver alone")
 
 
 def _e2e_targets(add: Any, rows: list[dict[str, Any]], label: str) -> None:
@@ -87,18 +128,70 @@ def _s(s: dict[str, Any], digits: int = 0, scale: float = 1.0) -> str:
     return f"{s['median'] * scale:,.{digits}f} ({s['spread'] * scale:,.{digits}f})"
 
 
+SUITES = ("read_path", "kpl", "commit", "planning", "memory", "e2e", "e2e_canned", "overhead", "quota")
+_RUN_KEYS = ("command", "date", "quick", "machine", "results_file")
+
+
+def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs' results as one (``runs`` oldest first): each suite from the newest run that
+    has it, with ``provenance`` saying which run produced which suites. The newest run gives
+    the command, date and machine at the top level."""
+    out: dict[str, Any] = {k: runs[-1][k] for k in _RUN_KEYS if k in runs[-1]}
+    by_suite: dict[str, int] = {}
+    for i, run in enumerate(runs):
+        for suite in SUITES:
+            if suite in run:
+                out[suite] = run[suite]
+                by_suite[suite] = i
+    out["provenance"] = [
+        {**{k: runs[i].get(k) for k in _RUN_KEYS}, "suites": [s for s in SUITES if by_suite.get(s) == i]}
+        for i in sorted(set(by_suite.values()), reverse=True)
+    ]
+    return out
+
+
+def _machine(m: dict[str, Any]) -> str:
+    libs = ", ".join(f"{k} {v}" for k, v in m["libraries"].items() if v)
+    return (f"{m['cores']} cores, {m['memory_gib']} GiB, {m['platform']}, Python {m['python']}, "
+            f"{m['java'] or 'Java ?'}; {libs}")
+
+
+def _provenance(res: dict[str, Any]) -> list[str]:
+    """Who produced the figures: one run, or (merged results) each run and its suites."""
+    runs = res.get("provenance")
+    if not runs or len(runs) == 1:
+        m = res["machine"]
+        return [
+            f"Produced by `{res['command']}` on {res['date']} "
+            f"({'smoke sizes' if res.get('quick') else 'full sizes'}), in one run on one machine: "
+            f"{_machine(m)}. Results file: `{res['results_file']}`. Figures are "
+            "medians over repeated runs, spread (max - min) in parentheses."
+        ]
+    same = all(r["machine"] == runs[0]["machine"] for r in runs)
+    out = [
+        "Produced by several runs, each suite's figures from the newest run of it "
+        "(ratios are always between figures of one run):",
+        "",
+    ]
+    for r in runs:
+        line = (f"- {', '.join(f'`{s}`' for s in r['suites'])}: `{r['command']}` on {r['date']} "
+                f"({'smoke sizes' if r.get('quick') else 'full sizes'}), results file "
+                f"`{r['results_file']}`")
+        out.append(line + ("" if same else f"; {_machine(r['machine'])}") + ".")
+    if same:
+        out += ["", f"All on one machine: {_machine(runs[0]['machine'])}. Figures are medians over "
+                "repeated runs, spread (max - min) in parentheses."]
+    else:
+        out += ["", "Figures are medians over repeated runs, spread (max - min) in parentheses."]
+    return out
+
+
 def render(res: dict[str, Any]) -> str:
     """The generated Markdown: provenance, the targets, then one table per benchmark."""
-    m = res["machine"]
-    libs = ", ".join(f"{k} {v}" for k, v in m["libraries"].items() if v)
     lines = [
         BEGIN,
         "",
-        f"Produced by `{res['command']}` on {res['date']} "
-        f"({'smoke sizes' if res.get('quick') else 'full sizes'}), in one run on one machine: "
-        f"{m['cores']} cores, {m['memory_gib']} GiB, {m['platform']}, Python {m['python']}, "
-        f"{m['java'] or 'Java ?'}; {libs}. Results file: `{res['results_file']}`. Figures are "
-        "medians over repeated runs, spread (max - min) in parentheses.",
+        *_provenance(res),
         "",
         "### Targets",
         "",
@@ -109,7 +202,7 @@ def render(res: dict[str, Any]) -> str:
         lines.append(f"| {t['target']} | {t['goal']} | {t['shown']} | "
                      f"{'pass' if t['pass'] else '**fail**'} |")
     lines += _read_path(res) + _kpl(res) + _e2e(res) + _planning(res) + _commit(res)
-    lines += _overhead(res) + _memory(res) + ["", END]
+    lines += _overhead(res) + _memory(res) + _quota(res) + ["", END]
     return "\n".join(lines)
 
 
@@ -186,6 +279,8 @@ def _planning(res: dict[str, Any]) -> list[str]:
     plan = res.get("planning")
     if not plan:
         return []
+    if plan.get("version") == 2:
+        return _planning_tips(plan)
     out = ["", "### 3. Planning, moto server (`Planner.latest_offset`, steady state)", "",
            "| shards | new records per shard | idle: time | idle: calls, bytes | new data: time | "
            "new data: driver CPU | new data: calls, records, bytes | batch bytes | probe / batch |",
@@ -200,6 +295,86 @@ def _planning(res: dict[str, Any]) -> list[str]:
         )
     out += ["", f"1,000 / 10 shards: {plan['ratio_1000_over_10_new_data']:.1f}x with new data, "
             f"{plan['ratio_1000_over_10_idle']:.1f}x idle."]
+    return out
+
+
+def _planning_tips(plan: dict[str, Any]) -> list[str]:
+    """The planning tables since the tip table (results ``version`` 2)."""
+    out = ["", "### 3. Planning, moto server (`Planner.latest_offset` answered from the tip table, "
+           "default options)", "",
+           "| shards | first answer | idle: latestOffset | new data: latestOffset | AWS calls of "
+           "the timed answers | new records per shard | refresh after an idle spell | "
+           "probe bytes / batch bytes |",
+           "|---|---|---|---|---|---|---|---|"]
+    rows = [*plan["cases"], plan["sustained"]]
+    for r in rows:
+        i, n = r["idle"], r["new_data"]
+        out.append(
+            f"| {r['shards']:,} | {r['first_answer_seconds']:.2f} s | "
+            f"{_s(i['seconds'], 2, 1000)} ms | {_s(n['seconds'], 2, 1000)} ms | "
+            f"{i['own_calls'] + n['own_calls']:.0f} in {i['calls_timed'] + n['calls_timed']} | "
+            f"{r['rounds']} | {n['refresh_after_idle_seconds']:.1f} s | "
+            f"{n['refresh']['bytes']:,.0f} / {n['batch_bytes']:,.0f} B = {n['probe_pct_of_batch']:.0f}% |"
+        )
+    if "ratio_1000_over_10_new_data" in plan:
+        out += ["", f"1,000 / 10 shards: {plan['ratio_1000_over_10_new_data']:.1f}x with new data, "
+                f"{plan['ratio_1000_over_10_idle']:.1f}x idle."]
+    out += ["", "The background refresh (the planner's event-loop thread: probes, and nothing else "
+            "while measured):", "",
+            "| shards | idle spell: probes per shard per minute | loop CPU per idle probe | steady "
+            "feed (a record per shard every 0.5 s): driver calls per shard per second | loop CPU "
+            "per probe | put to answer (every shard), median (spread), max |",
+            "|---|---|---|---|---|---|"]
+    for r in plan["cases"]:
+        sp, f = r["idle_spell"], r["steady_feed"]
+        fresh = f["freshness_seconds"]
+        out.append(
+            f"| {r['shards']:,} | {sp['probes_per_shard_per_minute']:.1f} | "
+            f"{sp['loop_cpu_per_probe_seconds'] * 1000:.1f} ms | {f['calls_per_shard_per_second']:.2f} | "
+            f"{f['loop_cpu_per_probe_seconds'] * 1000:.1f} ms | "
+            + (f"{_s(fresh, 2)} s, {fresh['max']:.2f} s |" if fresh else "- |")
+        )
+    return out
+
+
+def _quota(res: dict[str, Any]) -> list[str]:
+    q = res.get("quota")
+    if not q:
+        return []
+    out = ["", "### 7. Read quota (quota-enforcing proxy in front of moto; a neighbour application "
+           "polls every shard once a second)", "",
+           f"Source's calls per shard and second over {q['measure_seconds']:.0f} s after the first "
+           f"batch (peaks: the busiest shard's busiest {q['window_seconds']:.0f}-second window); "
+           f"refusals over the whole run; idle: the driver's GetRecords per shard per minute over "
+           f"the last {q['idle_window_seconds']:.0f} s of {q['idle_seconds']:.0f} s without new "
+           "records.", "",
+           "| shards | setting | records/s per shard | peak GetRecords: all (driver, executors) | "
+           "peak GetShardIterator | mean GetRecords: driver, executors | mean GetShardIterator: "
+           "driver, executors | refused: source, neighbour | records fed / read | idle |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in q["runs"]:
+        w = r["window"]
+        spark = r["setting"] == "spark"
+
+        def execs(k: str, w: dict[str, Any] = w, spark: bool = spark) -> str:
+            return f"{w[k]:.2f}" if spark else "-"
+
+        out.append(
+            f"| {r['shards']:,} | {'Spark' if spark else 'driver alone (`Planner`)'} | "
+            f"{r['records_per_shard_per_second']:g} | {w['get_records_peak']:.2f} "
+            f"({w['get_records_peak_driver']:.2f}, {execs('get_records_peak_executors')}) | "
+            f"{w['get_shard_iterator_peak']:.2f} | {w['get_records_mean_driver']:.2f}, "
+            f"{execs('get_records_mean_executors')} | {w['get_shard_iterator_mean_driver']:.2f}, "
+            f"{execs('get_shard_iterator_mean_executors')} | {r['refused_source']}, "
+            + (f"{r['refused_neighbour']} of {r['neighbour_calls']:,} | "
+               f"{r['records_fed']:,} / {r['records_read']:,} | "
+               f"{r['idle']['driver_get_records_per_shard_per_minute']:.1f} |" if spark else "- | - | - |")
+        )
+    for r in q["runs"]:
+        if r.get("spark_abandoned"):
+            out += ["", f"The Spark run at {r['shards']:,} shards was abandoned on this machine "
+                    f"({r['spark_abandoned']}); the row is the driver alone, `Planner` driven as "
+                    "Spark drives it, its executor reads booked but not made."]
     return out
 
 
@@ -232,11 +407,21 @@ def _overhead(res: dict[str, Any]) -> list[str]:
         out.append(f"| python-floor (a Python source without I/O, {o['shards']} partitions) | "
                    f"{_s(floor, 2)} | "
                    f"{o['python_floor_phase_seconds'].get('triggerExecution', 0) * 1000:.0f} ms |")
+    if o.get("python_floor_matched_bps"):
+        parts = "/".join(str(p) for p in o["python_floor_matched_partitions"])
+        out.append(f"| python-floor, {parts} partition(s) (as many as kinesis-ddb's batches read "
+                   f"ranges: {o['kinesis_ddb_ranges_per_batch']:.1f}) | "
+                   f"{_s(o['python_floor_matched_bps'], 2)} | "
+                   f"{o['python_floor_matched_phase_seconds'].get('triggerExecution', 0) * 1000:.0f} ms |")
     line = "Batch by phase (ms, median): kinesis-ddb " + ", ".join(
         f"{k} {v * 1000:.0f}" for k, v in sorted(phases.items()) if k != "triggerExecution")
     if floor:
         line += "; python-floor " + ", ".join(
             f"{k} {v * 1000:.0f}" for k, v in sorted(o["python_floor_phase_seconds"].items())
+            if k != "triggerExecution")
+    if o.get("python_floor_matched_phase_seconds"):
+        line += "; python-floor with as many partitions " + ", ".join(
+            f"{k} {v * 1000:.0f}" for k, v in sorted(o["python_floor_matched_phase_seconds"].items())
             if k != "triggerExecution")
     return out + ["", line + "."]
 
@@ -267,10 +452,12 @@ def update_doc(doc: Path, generated: str) -> None:
 def main() -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", type=Path)
+    parser.add_argument("results", type=Path, nargs="+",
+                        help="results files, oldest first; several are merged (see merge())")
     parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
     args = parser.parse_args()
-    update_doc(args.doc, render(json.loads(args.results.read_text())))
+    runs = [json.loads(p.read_text()) for p in args.results]
+    update_doc(args.doc, render(runs[0] if len(runs) == 1 else merge(runs)))
 
 
 if __name__ == "__main__":
