@@ -98,7 +98,8 @@ def test_driver_sigkills_while_throttled_lose_nothing(
         options.update(streamName=stream, endpointUrl=quota.url)
         outcome = run_campaign(
             kinesis=kinesis, ddb=ddb, stream=stream, options=options, out=tmp_path,
-            kills=harness.KILLS, rng=harness.rng_for("sigkill-throttled"),
+            # the bounded form: two kills (one planning, one reading) keep CI's time in bounds
+            kills=harness.KILLS if harness.LONG else min(harness.KILLS, 2), rng=harness.rng_for("sigkill-throttled"),
         )
     ours = quota.refused(where=lambda s: s.access_key == options["awsAccessKeyId"])
     harness.publish("driver-sigkill-throttled", throttled=ours, neighbour_refused=neighbour.refused,
