@@ -62,10 +62,8 @@ class _Window:
 
 
 class CallBudget:
-    """Calls per second per shard for each operation, and the calls spent within them.
-
-    ``reserve``: calls of each window the driver's own calls leave to executor reads.
-    """
+    """Calls per second per shard for each operation, and the calls spent or booked within
+    them (:meth:`reserve` says how many of each window the driver's own calls leave free)."""
 
     def __init__(self, rates: dict[str, float]) -> None:
         self.rates = dict(rates)
