@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -30,13 +32,20 @@ from benchmarks.common import local_env, machine
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = report.SUITES
+WATCHDOG_S = 900
 
 
 def _run(name: str, fn: Callable[[], Any], results: dict[str, Any]) -> None:
     print(f"== {name}", flush=True)
     began = time.perf_counter()
+    # A suite stuck for long prints every thread's stack (to stderr), then goes on waiting.
+    faulthandler.dump_traceback_later(WATCHDOG_S, repeat=True)
+    load = os.getloadavg()[0]
     results[name] = fn()
+    faulthandler.cancel_dump_traceback_later()
     results["suite_seconds"][name] = round(time.perf_counter() - began, 1)
+    # The machine is shared: the 1-minute load average at the suite's start and end.
+    results.setdefault("load_average", {})[name] = [round(load, 2), round(os.getloadavg()[0], 2)]
 
 
 def main(argv: list[str] | None = None) -> None:

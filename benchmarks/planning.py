@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from benchmarks.common import (
+    close_planner,
     create_stream,
     describe,
     local_env,
@@ -249,12 +250,18 @@ def measure(url: str, shards: int, rounds: int, idle_s: float) -> dict[str, Any]
     start = _ends(stream, put_rounds(kinesis, stream, 1, RECORD_BYTES, keys))
     planner, meter = _planner(url, stream)
     out: dict[str, Any] = {"shards": shards, "rounds": rounds, "record_bytes": RECORD_BYTES}
+    t0 = time.perf_counter()
+
+    def phase(what: str) -> None:
+        print(f"    [{time.perf_counter() - t0:6.1f} s] {shards} shards: {what}", flush=True)
+
     try:
         began = time.perf_counter()
         assert planner.latest_offset(start) == start  # the first answer waits for the first probes
         out["first_answer_seconds"] = time.perf_counter() - began
         time.sleep(SETTLE_S)
         out["idle"] = _timed_calls(planner, meter, start, start)
+        phase("idle answers timed; idle spell")
         # An idle spell: the shards back off towards maxIdleProbeIntervalMs; nothing else runs
         # on the loop, so its CPU is the background's.
         quiet = _Snapshot(planner, meter)
@@ -267,13 +274,16 @@ def measure(url: str, shards: int, rounds: int, idle_s: float) -> dict[str, Any]
         }
 
         # New data after the idle spell: how long until the table has every shard's tip.
+        phase(f"putting {rounds} rounds")
         before = _Snapshot(planner, meter)
         last = put_rounds(kinesis, stream, rounds, RECORD_BYTES, keys)
         put_done = _Snapshot(planner, meter)
+        phase("put; waiting for the table")
         end = _ends(stream, last)
         refresh_idle = _until_seen(planner, start, end)
         seen = _Snapshot(planner, meter).since(before)
         new = _timed_calls(planner, meter, start, end)
+        phase("new-data answers timed; reading the batch")
         new["put_seconds"] = put_done.at - before.at
         new["refresh_after_idle_seconds"] = refresh_idle
         new["refresh"] = seen
@@ -284,11 +294,13 @@ def measure(url: str, shards: int, rounds: int, idle_s: float) -> dict[str, Any]
 
         # A steady feed (a round every FEED_INTERVAL_S): the background's cost while nothing
         # else runs on the loop, then how fresh the answers are.
+        phase("steady feed")
         with _SteadyFeed(kinesis, stream, keys) as feed:
             time.sleep(FEED_WARMUP_S)
             active = _Snapshot(planner, meter)
             time.sleep(FEED_QUIET_S)
             spent = _Snapshot(planner, meter).since(active)
+            phase("steady feed: freshness")
             lags = _freshness(planner, end, feed, FEED_POLL_S)
         out["steady_feed"] = {
             **spent,
@@ -297,8 +309,12 @@ def measure(url: str, shards: int, rounds: int, idle_s: float) -> dict[str, Any]
             "loop_cpu_per_probe_seconds": spent["loop_cpu_seconds"] / max(1, spent["probes"]),
             "freshness_seconds": summary(lags) if lags else None,
         }
+        phase("done")
     finally:
-        planner.close()
+        out["close"] = close_planner(planner)
+        if out["close"]["cancelled_again"]:
+            phase(f"Planner.close() needed {out['close']['cancelled_again']} more cancel(s) of its "
+                  "background tasks (see benchmarks.common.close_planner)")
     return out
 
 

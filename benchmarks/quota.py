@@ -42,7 +42,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from benchmarks.common import REGION, create_stream, local_env, settings, source_options
+from benchmarks.common import REGION, close_planner, create_stream, local_env, settings, source_options
 from tests.support.proxy import Seen
 from tests.support.quota import Feeder, QuotaProxy
 
@@ -326,7 +326,7 @@ def run_planner(url: str, shards: int, rate: float, measure_s: float) -> dict[st
             until = time.monotonic()
             stats = planner.stats()
         finally:
-            out["close_seconds"] = _close(planner)
+            out["close"] = close_planner(planner, CLOSE_TIMEOUT_S)
     figures = _call_figures(quota, shards, since, until)
     out.update({
         "window": {k: v for k, v in figures.items() if "executors" not in k},
@@ -338,23 +338,6 @@ def run_planner(url: str, shards: int, rate: float, measure_s: float) -> dict[st
         "background_probes": stats["backgroundProbes"],
     })
     return out
-
-
-def _close(planner: Any) -> float | None:
-    """Close ``planner`` within ``CLOSE_TIMEOUT_S``; the seconds it took, None if it hung (the
-    benchmark goes on: its thread and event loop are daemons)."""
-    done = threading.Event()
-
-    def close() -> None:
-        planner.close()
-        done.set()
-
-    began = time.monotonic()
-    threading.Thread(target=close, daemon=True).start()
-    if not done.wait(CLOSE_TIMEOUT_S):
-        print(f"  Planner.close() did not return within {CLOSE_TIMEOUT_S:.0f} s", flush=True)
-        return None
-    return round(time.monotonic() - began, 2)
 
 
 def _print(r: dict[str, Any]) -> None:
