@@ -312,9 +312,6 @@ def measure(url: str, shards: int, rounds: int, idle_s: float) -> dict[str, Any]
         phase("done")
     finally:
         out["close"] = close_planner(planner)
-        if out["close"]["cancelled_again"]:
-            phase(f"Planner.close() needed {out['close']['cancelled_again']} more cancel(s) of its "
-                  "background tasks (see benchmarks.common.close_planner)")
     return out
 
 

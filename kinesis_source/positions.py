@@ -197,13 +197,32 @@ class Offset:
         """The streams with at least one shard in the offset."""
         return frozenset(sid.stream for sid in self.shards)
 
+    @functools.cached_property
+    def _texts(self) -> dict[str, str]:
+        """The JSON's ``shards``: keys sorted as text (as the JSON always was)."""
+        keys = {str(sid): sid for sid in self.shards}
+        return {k: self.shards[keys[k]].to_str() for k in sorted(keys)}
+
     def to_dict(self) -> dict[str, Any]:
         """The dict handed to Spark: keys sorted, so equal offsets serialize identically."""
-        keys = {str(sid): sid for sid in self.shards}  # sorted as text, as the JSON always was
-        return {
-            "shards": {k: self.shards[keys[k]].to_str() for k in sorted(keys)},
-            "version": OFFSET_VERSION,
-        }
+        return {"shards": dict(self._texts), "version": OFFSET_VERSION}
+
+    def with_changes(self, changes: Mapping[ShardId, Position]) -> Offset:
+        """This offset with ``changes`` applied to shards it holds, made in time proportional
+        to the changes where this offset was already serialized (a 1,000-shard offset of which
+        a few shards moved is most batches' end)."""
+        if not changes:
+            return self
+        if any(sid not in self.shards for sid in changes):
+            return Offset({**self.shards, **changes})
+        out = Offset({**self.shards, **changes})
+        out.__dict__["streams"] = self.streams
+        if "_texts" in self.__dict__:
+            texts = dict(self._texts)
+            for sid, pos in changes.items():
+                texts[str(sid)] = pos.to_str()
+            out.__dict__["_texts"] = texts
+        return out
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys, no spaces)."""

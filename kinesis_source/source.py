@@ -88,6 +88,20 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         # end partitions() was last given. pyspark < 4.2 passes latestOffset no start; after a
         # restart it calls partitions(end, end) with its offset log's newest end first.
         self._known_end: Offset | None = None
+        # Offsets Spark handed back as dicts, parsed: Spark's next start is the end this reader
+        # returned last, so parsing (O(shards) in Python) happens once per offset, not per call.
+        self._parsed: list[tuple[dict, Offset]] = []
+
+    def _offset(self, data: dict) -> Offset:
+        """``data`` (an offset Spark handed back) parsed, reusing the Offset it came from."""
+        for known, offset in self._parsed:
+            if known == data:
+                return offset
+        return self._remember(Offset.from_dict(data), data)
+
+    def _remember(self, offset: Offset, data: dict) -> Offset:
+        self._parsed = [(data, offset), *self._parsed[:1]]
+        return offset
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -96,6 +110,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         state["_start"] = None
         state["_consumers"] = None
         state["_known_end"] = None
+        state["_parsed"] = []
         return state
 
     def __repr__(self) -> str:
@@ -155,7 +170,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         planner = self.planner
         max_records = self._max_records(limit)
         if start is not None:
-            begin = Offset.from_dict(start)
+            begin = self._offset(start)
         else:
             begin = self._known_end or self.start.initial_offset()
         entering = self.start.entering(begin)
@@ -169,7 +184,9 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         self._known_end = end
         if end != begin:
             self.checkpointer.before_batch()
-        return end.to_dict()
+        out = end.to_dict()
+        self._remember(end, end.to_dict())
+        return out
 
     def _max_records(self, limit: Any) -> int | None:
         """The batch's record limit: Spark's (``ReadAllAvailable`` for Trigger.Once means none),
@@ -205,8 +222,8 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         from kinesis_source.driver.planner import plan_ranges
 
         settings = AwsSettings.for_kinesis(self._opts)
-        self._known_end = Offset.from_dict(end)
-        ranges = plan_ranges(Offset.from_dict(start), self._known_end)
+        self._known_end = self._offset(end)
+        ranges = plan_ranges(self._offset(start), self._known_end)
         arns: dict[str, str] = {}
         if ranges and self._opts.consumer_mode == "efo":
             if self._consumers is None:
@@ -234,7 +251,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
 
     def commit(self, end: dict) -> None:
         """Spark finished every batch up to ``end``: write it to DynamoDB (fenced)."""
-        self.checkpointer.commit(Offset.from_dict(end))
+        self.checkpointer.commit(self._offset(end))
 
     def stop(self) -> None:
         """Release the driver's client, event loop and commit thread."""

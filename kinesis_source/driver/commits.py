@@ -122,7 +122,9 @@ class Checkpointer:
 
     def _moved(self, end: Offset) -> dict[ShardId, Position]:
         stored = self._app.stored
-        moved = {k: p for k, p in end.shards.items() if advances(p, stored.get(k))}
+        # The same object as stored is the common case (the offsets Spark hands back are the
+        # ones planned): no comparison needed.
+        moved = {k: p for k, p in end.shards.items() if p is not stored.get(k) and advances(p, stored.get(k))}
         # A shard the offset holds as finished (listed, left the offset, a descendant in it)
         # but DynamoDB holds short of its end: written by a release that retired shards before
         # their end was committed. Its end is committed now, or a resume from DynamoDB after

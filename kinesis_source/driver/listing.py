@@ -20,7 +20,10 @@ MIN_DISCOVERY_INTERVAL_S = 1.0
 
 class ShardListing:
     """Every shard of each stream as ``ListShards`` last said, refreshed every
-    ``shardDiscoveryIntervalMs`` by :meth:`discover` and at once after :meth:`stale`."""
+    ``shardDiscoveryIntervalMs`` by :meth:`discover` and at once after :meth:`stale`.
+
+    ``shards`` is replaced by a new object only when the listing changed, so that planning can
+    tell a new listing by identity."""
 
     def __init__(self, opts: SourceOptions, client: Callable[[], Awaitable[AsyncKinesis]]) -> None:
         self._opts = opts
@@ -39,7 +42,9 @@ class ShardListing:
             self._stale = False
             k = await self._client()
             lists = await asyncio.gather(*(self._list(k, s) for s in self._opts.stream_names))
-            self.shards = dict(zip(self._opts.stream_names, lists, strict=True))
+            shards = dict(zip(self._opts.stream_names, lists, strict=True))
+            if shards != self.shards:
+                self.shards = shards  # a new object only when it changed: planning keys on it
             self._listed_at = time.monotonic()
         return self.shards
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from kinesis_source.aws.clients import AwsSettings
 from kinesis_source.aws.kinesis import AsyncKinesis, ShardInfo
+from kinesis_source.driver.answers import LastAnswer, lag_entry
 from kinesis_source.driver.available_now import Target, find_target
 from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, CallBudget, PacedKinesis
 from kinesis_source.driver.limits import BudgetPlanner
@@ -67,6 +68,7 @@ class Planner:
         self._tips: TipTable | None = None
         self._listing = ShardListing(opts, self._client)
         self._lag: dict[str, dict] = {}  # by "<stream>/<shardId>": Spark shows it as JSON
+        self._last: LastAnswer | None = None  # what the next answer may be patched from
         self._identity: dict[str, str] | None = None
         self._target: Target | None = None
         self._turn = 0  # rotates which shard a limited batch serves first
@@ -198,6 +200,14 @@ class Planner:
     async def _probe(self, start: Offset, max_records: int | None) -> Offset:
         await self._client()
         listing = await self._listing.get()
+        if max_records is None and self._target is None and self._last is not None:
+            tips = self._tip_table()
+            tips.raise_error()
+            end = self._last.patch(start, listing, tips)
+            if end is not None:
+                self.probes += 1
+                return end
+        self._last = None
         positions = dict(start.shards)
         for sid in gone_shards(listing, start.shards):
             report_shard_gone(sid.stream, sid.shard, start.shards[sid], self._opts.fail_on_data_loss)
@@ -220,7 +230,7 @@ class Planner:
         self.probes += 1
         lag = {}
         for sid, result in results.items():
-            lag[str(sid)] = {"tip": result.tip, "millisBehindLatest": result.behind_ms}
+            lag[str(sid)] = lag_entry(result)
             if result.gone:
                 positions.pop(sid, None)  # reported by the probe; the listing will drop it
                 self._listing.stale()
@@ -233,8 +243,11 @@ class Planner:
                 # A newly eligible shard joins the offset at once, even empty, so that its
                 # parents can leave it.
                 positions[sid] = starts[sid]
+        end = Offset(retire_finished(listing, positions, start.shards))
+        if max_records is None and self._target is None:
+            self._last = LastAnswer.of(start, end, listing, starts, results, lag)
         self._lag = lag
-        return Offset(retire_finished(listing, positions, start.shards))
+        return end
 
     async def _ends(
         self,
@@ -290,7 +303,7 @@ class Planner:
             "driverRecordsFetched": k.records_fetched if k else 0,
             "budgetWaitS": round(k.waited_s, 3) if isinstance(k, PacedKinesis) else 0.0,
             "executorReadsBooked": self._booked,
-            "shards": self._lag,
+            "shards": self._last.lag if self._last is not None else self._lag,
         }
 
 

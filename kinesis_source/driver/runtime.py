@@ -8,11 +8,17 @@ on one asyncio loop in a daemon thread, and each synchronous call waits for its 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT_S = 10.0  # how long close() waits for the background tasks to stop
 
 
 class LoopThread:
@@ -55,9 +61,17 @@ class LoopThread:
             return
 
         async def shutdown() -> None:
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            # Cancelled again while any is left: a task can swallow one cancellation (on Python
+            # 3.11, asyncio.wait_for does when its awaitable completes at the same moment).
+            pending = set(self._tasks)
+            deadline = time.monotonic() + CLOSE_TIMEOUT_S
+            while pending and time.monotonic() < deadline:
+                for task in pending:
+                    task.cancel()
+                _, pending = await asyncio.wait(pending, timeout=0.5)
+            if pending:
+                log.warning("%d background task(s) of %s did not stop within %.0f s",
+                            len(pending), self._name, CLOSE_TIMEOUT_S)
             self._tasks.clear()
             await last()
 

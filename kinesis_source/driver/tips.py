@@ -57,6 +57,10 @@ class ShardTip:
     idle: int = 0  # probes in a row that found nothing new
     probing: bool = False
 
+    def state(self) -> tuple:
+        """What the entry's answers depend on."""
+        return (self.tip, self.ended, self.pending, self.gone, self.behind_ms)
+
     def after(self) -> Position:
         """Where the next probe goes on from."""
         return Position.after(self.tip) if self.tip is not None else self.seed
@@ -107,6 +111,8 @@ class TipTable:
         self._idle_s = max(idle_interval_s, active_interval_s)
         self._on_ended = on_ended
         self.entries: dict[ShardId, ShardTip] = {}
+        # Shards whose answer may differ from the one last handed out (see take_changed).
+        self._dirty: set[ShardId] = set()
         self.error: BaseException | None = None
         self.probes = 0
         self._wake: asyncio.Event | None = None
@@ -137,16 +143,37 @@ class TipTable:
 
     def answers(self, starts: Mapping[ShardId, Position], caps: Mapping[ShardId, str]) -> dict[ShardId, ProbeResult]:
         """Each tracked shard's end after its start, from the table (no AWS call)."""
+        self.raise_error()
+        self._dirty.clear()
+        return {key: self.entries[key].answer(start, caps.get(key)) for key, start in starts.items()}
+
+    def raise_error(self) -> None:
+        """Raise (once) what failed the background probing since the last answer."""
         if self.error is not None:
             error, self.error = self.error, None
             raise error
-        return {key: self.entries[key].answer(start, caps.get(key)) for key, start in starts.items()}
 
     def learn(self, key: ShardId, tip: str) -> None:
         """A record newer than the table knew exists on ``key`` (another reader saw it)."""
         entry = self.entries.get(key)
         if entry is not None and (entry.tip is None or seq_key(tip) > seq_key(entry.tip)):
             entry.tip, entry.idle = tip, 0
+            self._dirty.add(key)
+
+    def take_changed(self) -> set[ShardId]:
+        """The shards whose answer may have changed since the last call (or since
+        :meth:`answers`, which starts the count again), so that a caller can re-answer only
+        those."""
+        changed, self._dirty = self._dirty, set()
+        return changed
+
+    def covered(self, key: ShardId, start: Position) -> ProbeResult | None:
+        """``key``'s answer after ``start`` from the table, or None when the table has no entry
+        that covers ``start`` (then only :meth:`track` and a first probe can answer)."""
+        entry = self.entries.get(key)
+        if entry is None or not entry.covers(start):
+            return None
+        return entry.answer(start, None)
 
     async def settled(self, keys: list[ShardId], timeout_s: float) -> None:
         """Wait until each of ``keys`` was probed since it was seeded (or the table failed)."""
@@ -218,11 +245,17 @@ class TipTable:
                 task = asyncio.ensure_future(self._probe(gate, key, entry))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
-            wait = max(0.0, self._due[0][0] - time.monotonic()) if self._due else None
+            # A timer sets the event instead of asyncio.wait_for, which on Python 3.11 can
+            # swallow a cancellation arriving as the event is set, so stopping hung.
+            timer = None
+            if self._due:
+                wait = max(0.0, self._due[0][0] - time.monotonic())
+                timer = asyncio.get_running_loop().call_later(wait, self._wake.set)
             try:
-                await asyncio.wait_for(self._wake.wait(), wait)
-            except asyncio.TimeoutError:
-                pass
+                await self._wake.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
 
     async def _probe(self, gate: asyncio.Semaphore, key: ShardId, entry: ShardTip) -> None:
         try:
@@ -246,7 +279,10 @@ class TipTable:
             entry.probing = False
         self.probes += 1
         if result is not None:
+            before = entry.state()
             self._update(entry, result)
+            if entry.state() != before:
+                self._dirty.add(key)
         elif entry.probed_at is None and self.error is None:
             entry.probed_at = time.monotonic()  # a first answer is due: "nothing known yet"
         if not (entry.ended or entry.gone) and self.entries.get(key) is entry:

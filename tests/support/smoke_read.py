@@ -81,9 +81,15 @@ def main() -> None:
         limited = sizes_of("smoke-limited", {"processingTime": "200 milliseconds"}, 150)
         available_now = sizes_of("smoke-now", {"availableNow": True}, 10**9)
 
-        def batches_of(checkpoint, limit, stop_at):
-            """(batch id, rows) of a limited query on ``checkpoint`` until ``stop_at`` rows."""
+        def batches_of(checkpoint, limit, stop_at, already=frozenset()):
+            """(batch id, rows) of a limited query on ``checkpoint`` until ``stop_at`` distinct
+            rows, counting ``already`` (rows read before: a replayed batch must not count twice,
+            or the run stops short of the last records)."""
             out = []
+
+            def distinct():
+                return len(already.union(*(map(tuple, rows) for _, rows in out)))
+
             q = (
                 spark.readStream.format("kinesis-ddb").option("streamName", "smoke")
                 .option("applicationName", "smoke-restart").option("endpointUrl", ep.url)
@@ -95,7 +101,7 @@ def main() -> None:
                 .trigger(processingTime="200 milliseconds").start()
             )
             end = time.monotonic() + 120
-            while q.isActive and sum(len(rows) for _, rows in out) < stop_at and time.monotonic() < end:
+            while q.isActive and distinct() < stop_at and time.monotonic() < end:
                 time.sleep(0.2)  # polling the sink with a deadline
             q.stop()
             return out
@@ -105,7 +111,7 @@ def main() -> None:
         # start and the next batch read the gap again.
         checkpoint = tempfile.mkdtemp()
         before = batches_of(checkpoint, 40, 80)
-        after = batches_of(checkpoint, 10, 150 - sum(len(rows) for _, rows in before))
+        after = batches_of(checkpoint, 10, 150, frozenset(tuple(r) for _, rows in before for r in rows))
         spark.stop()
     print(json.dumps({"pyspark": pyspark.__version__, "sent": sorted(sent), "got": got,
                       "error": str(error) if error else None, "limited": limited,

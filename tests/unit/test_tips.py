@@ -142,3 +142,62 @@ def test_a_probe_throttled_beyond_retries_slows_the_query_and_never_fails_it(mon
         assert fake.throttle == 0
     finally:
         planner.close()
+
+
+def test_answers_patched_from_the_last_one_equal_the_full_computation(monkeypatch):
+    """``latestOffset`` re-answers only the shards that changed (``driver/answers.py``); at
+    every step of a random run (records arriving on some shards, a shard closing, Spark asking
+    again from the same start or going on from the last end) the patched answer, and its JSON,
+    must be what the full computation from the listing and the whole table gives, and so must
+    the lag shown in the progress report."""
+    import random
+
+    from kinesis_source.driver.answers import LastAnswer
+
+    patched = []
+    real_patch = LastAnswer.patch
+
+    def counting(self, *args):
+        out = real_patch(self, *args)
+        patched.append(out is not None)
+        return out
+
+    monkeypatch.setattr(LastAnswer, "patch", counting)
+    rng = random.Random(7)
+    names = [f"shard-{i:02d}" for i in range(12)]
+    recs = log_of(4000)
+    feed = iter(recs)
+    fake = TimedFake({n: FakeShard([next(feed)]) for n in names})
+    planner = planner_on(fake, minProbeIntervalMs="5", maxIdleProbeIntervalMs="20",
+                         getRecordsPerShardPerSecond="5", failOnDataLoss="false")
+
+    async def patched_then_full(start):
+        fast = await planner._probe(start, None)
+        fast_lag, kept = planner.stats()["shards"], planner._last
+        planner._last = None
+        full = await planner._probe(start, None)
+        assert fast_lag == planner.stats()["shards"], "the progress report's lag differs"
+        planner._last = kept
+        return fast, full
+
+    try:
+        start = trim_horizon(*(ShardId("s", n) for n in names))
+        end = planner.latest_offset(start)
+        closed = False
+        for step in range(150):
+            for name in rng.sample(names, rng.randint(0, 4)):
+                if not fake.shards[name].closed:
+                    seq, at = next(feed)
+                    fake.shards[name].records.append((seq, at))
+            if step == 60 and not closed:
+                fake.shards[names[3]].closed = closed = True
+            time.sleep(rng.choice((0.0, 0.01, 0.03)))
+            if rng.random() < 0.7:
+                start = end  # Spark ran the batch: the next start is the last end
+            fast, full = planner._loop.run(patched_then_full(start))
+            assert fast == full, f"step {step}"
+            assert fast.to_dict() == Offset(dict(fast.shards)).to_dict(), f"step {step}"
+            end = fast
+    finally:
+        planner.close()
+    assert sum(patched) > 50, f"only {sum(patched)} of {len(patched)} answers were patched"
