@@ -57,9 +57,10 @@ ITERATOR_TTL_S = 240.0
 # An iterator handed to an executor must outlive the batch's planning and task start.
 OPENER_TTL_S = 120.0
 _OPENERS_PER_SHARD = 4  # a batch starts at one of the last few probes' starts
-# Records a probe reads on from its last tip in one call: a second or so of a busy shard, so
-# that in steady state a probe is one call; past it, the probe jumps near the tip.
-WARM_READ_LIMIT = 1000
+# Records a probe reads on from its last tip in one call. What it reads, the executors read
+# again, from the shard's shared 2 MiB/s: so few that a quiet shard costs one call per probe and
+# a busy one costs the driver a few KB (it then jumps near the tip), not the batch's bytes twice.
+WARM_READ_LIMIT = 10
 # Where a probe must find an answer (LATEST, a Trigger.AvailableNow target), probes of shards
 # that crossed only empty pages are repeated, this far apart: each makes at most
 # MAX_EMPTY_HOPS + 1 calls, so a settling shard costs at most 2 GetRecords/s of the 5 per shard

@@ -105,6 +105,22 @@ def test_continuation_after_tip_is_reused_by_the_next_probe():
     assert "GetShardIterator" not in fake.calls[calls : calls + 1]
 
 
+def test_a_busy_shard_is_not_read_twice_by_the_probe():
+    """What the probe reads, the executors read again from the shard's shared byte quota: going
+    on from its last tip over 2,000 new records, the probe reads the first few and those near
+    the new tip, not the batch. Mutant caught: WARM_READ_LIMIT back at 1,000."""
+    recs = log_of(10)
+    shard = FakeShard(recs)
+    fake, kinesis, prober = prober_for({"a": shard})
+    tip = probe(prober, Position.trim_horizon()).tip
+    last, at = int(recs[-1][0]), recs[-1][1]
+    shard.records += [(str(last + 10**4 + i), at + 1 + i * 0.01) for i in range(2000)]
+    fetched = kinesis.records_fetched
+    result = probe(prober, Position.after(tip))
+    assert result.tip == shard.records[-1][0]
+    assert kinesis.records_fetched - fetched <= 20, kinesis.records_fetched - fetched
+
+
 def test_expired_continuation_is_re_derived():
     recs = log_of(10)
     fake, kinesis, prober = prober_for({"a": FakeShard(recs)})
