@@ -227,6 +227,16 @@ class TipTable:
         gate = asyncio.Semaphore(PROBE_CONCURRENCY)
         tasks: set[asyncio.Task] = set()
         reserve = self._budget.reserve(GET_RECORDS)
+        try:
+            await self._rounds(gate, tasks, reserve)
+        finally:
+            # The probes in flight stop with the table (the client they use is closed next).
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _rounds(self, gate: asyncio.Semaphore, tasks: set[asyncio.Task], reserve: int) -> None:
+        assert self._wake is not None
         while True:
             self._wake.clear()
             now = time.monotonic()

@@ -201,3 +201,32 @@ def test_answers_patched_from_the_last_one_equal_the_full_computation(monkeypatc
     finally:
         planner.close()
     assert sum(patched) > 50, f"only {sum(patched)} of {len(patched)} answers were patched"
+
+
+def test_closing_stops_the_probes_in_flight():
+    """A probe still waiting on AWS when the planner closes is cancelled with the table, not
+    left pending on a closed loop."""
+    import asyncio
+
+    recs = log_of(4)
+    fake = TimedFake({"a": FakeShard(recs)})
+    planner = planner_on(fake, minProbeIntervalMs="10", maxIdleProbeIntervalMs="10",
+                         getRecordsPerShardPerSecond="5")
+    planner.latest_offset(trim_horizon(A))
+    started = []
+
+    async def stuck(*_args, **_kw):
+        started.append(1)
+        await asyncio.sleep(3600)
+
+    planner._prober_ready().probe = stuck  # the next probe hangs, as on a dead connection
+    wait_for(lambda: started, timeout=10, what="a probe in flight")
+    pending = []
+
+    async def probes_left():
+        pending.extend(t for t in asyncio.all_tasks() if "_probe" in repr(t.get_coro()))
+
+    planner._loop.run(probes_left())
+    assert pending, "expected a probe task in flight"
+    planner.close()
+    assert all(t.done() for t in pending)
