@@ -65,7 +65,7 @@ class LastAnswer:
         start: Offset,
         listing: Mapping[str, list[ShardInfo]],
         tips: TipTable,
-        held: Callable[[ShardId], bool],
+        held: Callable[[ShardId, Position], bool],
     ) -> Offset | None:
         """The end for ``start`` if it can be derived from this answer (``start`` is this
         answer's start or end, the listing is the same, and each changed shard's table entry
@@ -96,7 +96,7 @@ class LastAnswer:
             if result is None or result.ended or result.gone:
                 return None
             lag[str(sid)] = lag_entry(result)
-            if result.tip is not None and not held(sid):
+            if result.tip is not None and not held(sid, at):
                 changes[sid] = Position.after(result.tip)
                 moved.add(sid)
             else:

@@ -237,7 +237,7 @@ class Planner:
             if result.gone:
                 positions.pop(sid, None)  # reported by the probe; the listing will drop it
                 self._listing.stale()
-            elif result.tip is not None and not (paced and self._held(sid)):
+            elif result.tip is not None and not (paced and self._held(sid, starts[sid])):
                 positions[sid] = Position.after(result.tip)
             elif result.ended:
                 positions[sid] = Position.shard_end()
@@ -252,14 +252,18 @@ class Planner:
         self._lag = lag
         return end
 
-    def _held(self, sid: ShardId) -> bool:
-        """True when an executor read of ``sid`` could not start now (its share of the call
-        budget is spent): its new records wait for a later batch, instead of a task that sleeps
-        until the budget lets it read (and a batch that lasts as long)."""
+    def _held(self, sid: ShardId, start: Position) -> bool:
+        """True when an executor read of ``sid`` from ``start`` could not start now (its share
+        of the call budget is spent: ``GetRecords``, and ``GetShardIterator`` when no probe left
+        an iterator there): its new records wait for a later batch, instead of a task that
+        sleeps until the budget lets it read (and a batch that lasts as long)."""
         if self._opts.consumer_mode == "efo":
             return False  # subscriptions do not spend the polling budget
         now = time.monotonic()
-        held = self.budget.free_at(sid, GET_RECORDS, now=now) > now + HOLD_SLACK_S
+        free = self.budget.free_at(sid, GET_RECORDS, now=now)
+        if self._prober is not None and self._prober.opener(sid, start) is None:
+            free = max(free, self.budget.free_at(sid, GET_SHARD_ITERATOR, now=now))
+        held = free > now + HOLD_SLACK_S
         if held and self._tips is not None:
             self._tips.hold(sid)
         return held
