@@ -14,7 +14,7 @@ patched answer is always the one the full computation would give.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kinesis_source.aws.kinesis import ShardInfo
@@ -38,6 +38,7 @@ class LastAnswer:
     starts: dict[ShardId, Position]  # where each tracked shard's end was looked for
     moved: set[ShardId] = field(default_factory=set)  # shards whose end is past their start
     lag: dict[str, dict] = field(default_factory=dict)
+    held: set[ShardId] = field(default_factory=set)  # new records kept for a later batch (budget)
 
     @staticmethod
     def of(
@@ -55,26 +56,35 @@ class LastAnswer:
             return None
         if end.shards.keys() != start.shards.keys():
             return None
-        moved = {sid for sid, r in results.items() if r.tip is not None}
-        return LastAnswer(start, end, listing, starts, moved, lag)
+        moved = {sid for sid in results if end.shards[sid] is not start.shards[sid]}
+        held = {sid for sid, r in results.items() if r.tip is not None and sid not in moved}
+        return LastAnswer(start, end, listing, starts, moved, lag, held)
 
-    def patch(self, start: Offset, listing: Mapping[str, list[ShardInfo]], tips: TipTable) -> Offset | None:
+    def patch(
+        self,
+        start: Offset,
+        listing: Mapping[str, list[ShardInfo]],
+        tips: TipTable,
+        held: Callable[[ShardId, Position], bool],
+    ) -> Offset | None:
         """The end for ``start`` if it can be derived from this answer (``start`` is this
         answer's start or end, the listing is the same, and each changed shard's table entry
-        covers its start and neither ended nor went away), else None. Updates this state to
-        the new answer."""
+        covers its start and neither ended nor went away), else None. A shard for which
+        ``held`` is true keeps its start (and is looked at again next time). Updates this state
+        to the new answer."""
         if listing is not self.listing:
             return None
         if start is self.start:
-            redo, starts, base = tips.take_changed(), self.starts, self.end
+            redo, starts, base = tips.take_changed() | self.held, self.starts, self.end
         elif start is self.end:
-            redo, starts, base = tips.take_changed() | self.moved, dict(self.starts), start
+            redo, starts, base = tips.take_changed() | self.moved | self.held, dict(self.starts), start
             for sid in self.moved:
                 starts[sid] = start.shards[sid]
         else:
             return None
         changes: dict[ShardId, Position] = {}
         moved = set(self.moved) if start is self.start else set()
+        waiting: set[ShardId] = set()
         lag = dict(self.lag)
         for sid in redo:
             at = starts.get(sid)
@@ -86,12 +96,15 @@ class LastAnswer:
             if result is None or result.ended or result.gone:
                 return None
             lag[str(sid)] = lag_entry(result)
-            if result.tip is not None:
+            if result.tip is not None and not held(sid, at):
                 changes[sid] = Position.after(result.tip)
                 moved.add(sid)
             else:
+                if result.tip is not None:
+                    waiting.add(sid)
                 changes[sid] = start.shards[sid]
                 moved.discard(sid)
         end = base.with_changes({sid: p for sid, p in changes.items() if base.shards.get(sid) is not p})
         self.start, self.end, self.starts, self.moved, self.lag = start, end, starts, moved, lag
+        self.held = waiting
         return end

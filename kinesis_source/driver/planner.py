@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 # How long the first answer for newly tracked shards waits for their first probe.
 FIRST_PROBE_TIMEOUT_S = 60.0
+# A shard's new records join a batch only if its executor read can start within this.
+HOLD_SLACK_S = 0.05
 # Under Trigger.AvailableNow, how long a batch waits for the table between looks.
 _TARGET_WAIT_S = 0.5
 
@@ -203,7 +205,7 @@ class Planner:
         if max_records is None and self._target is None and self._last is not None:
             tips = self._tip_table()
             tips.raise_error()
-            end = self._last.patch(start, listing, tips)
+            end = self._last.patch(start, listing, tips, self._held)
             if end is not None:
                 self.probes += 1
                 return end
@@ -229,12 +231,13 @@ class Planner:
                 results = await self._ends(starts, caps, max_records)
         self.probes += 1
         lag = {}
+        paced = max_records is None and self._target is None
         for sid, result in results.items():
             lag[str(sid)] = lag_entry(result)
             if result.gone:
                 positions.pop(sid, None)  # reported by the probe; the listing will drop it
                 self._listing.stale()
-            elif result.tip is not None:
+            elif result.tip is not None and not (paced and self._held(sid, starts[sid])):
                 positions[sid] = Position.after(result.tip)
             elif result.ended:
                 positions[sid] = Position.shard_end()
@@ -244,10 +247,26 @@ class Planner:
                 # parents can leave it.
                 positions[sid] = starts[sid]
         end = Offset(retire_finished(listing, positions, start.shards))
-        if max_records is None and self._target is None:
+        if paced:
             self._last = LastAnswer.of(start, end, listing, starts, results, lag)
         self._lag = lag
         return end
+
+    def _held(self, sid: ShardId, start: Position) -> bool:
+        """True when an executor read of ``sid`` from ``start`` could not start now (its share
+        of the call budget is spent: ``GetRecords``, and ``GetShardIterator`` when no probe left
+        an iterator there): its new records wait for a later batch, instead of a task that
+        sleeps until the budget lets it read (and a batch that lasts as long)."""
+        if self._opts.consumer_mode == "efo":
+            return False  # subscriptions do not spend the polling budget
+        now = time.monotonic()
+        free = self.budget.free_at(sid, GET_RECORDS, now=now)
+        if self._prober is not None and self._prober.opener(sid, start) is None:
+            free = max(free, self.budget.free_at(sid, GET_SHARD_ITERATOR, now=now))
+        held = free > now + HOLD_SLACK_S
+        if held and self._tips is not None:
+            self._tips.hold(sid)
+        return held
 
     async def _ends(
         self,
@@ -285,6 +304,8 @@ class Planner:
         out: dict[ShardId, Booking] = {}
         now, wall = time.monotonic(), time.time()
         for rng in ranges:
+            if self._tips is not None:
+                self._tips.hold(rng.shard, False)
             opener = self._prober_ready().opener(rng.shard, rng.start)
             at = self.budget.book_read(rng.shard, opener is None, now)
             self._booked += 1

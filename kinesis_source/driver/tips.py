@@ -56,6 +56,7 @@ class ShardTip:
     due: float = 0.0  # monotonic time of the next probe
     idle: int = 0  # probes in a row that found nothing new
     probing: bool = False
+    held: bool = False  # new records wait for the executors' read budget: probing can wait too
 
     def state(self) -> tuple:
         """What the entry's answers depend on."""
@@ -160,6 +161,14 @@ class TipTable:
             entry.tip, entry.idle = tip, 0
             self._dirty.add(key)
 
+    def hold(self, key: ShardId, held: bool = True) -> None:
+        """``key``'s known records wait for the shard's read budget (or, with ``held`` false,
+        were handed to an executor): until then its probes would only spend the budget the
+        read waits for, so they pause."""
+        entry = self.entries.get(key)
+        if entry is not None:
+            entry.held = held
+
     def take_changed(self) -> set[ShardId]:
         """The shards whose answer may have changed since the last call (or since
         :meth:`answers`, which starts the count again), so that a caller can re-answer only
@@ -227,6 +236,16 @@ class TipTable:
         gate = asyncio.Semaphore(PROBE_CONCURRENCY)
         tasks: set[asyncio.Task] = set()
         reserve = self._budget.reserve(GET_RECORDS)
+        try:
+            await self._rounds(gate, tasks, reserve)
+        finally:
+            # The probes in flight stop with the table (the client they use is closed next).
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _rounds(self, gate: asyncio.Semaphore, tasks: set[asyncio.Task], reserve: int) -> None:
+        assert self._wake is not None
         while True:
             self._wake.clear()
             now = time.monotonic()
@@ -235,6 +254,10 @@ class TipTable:
                 if self.entries.get(key) is not entry or entry.due != due or entry.probing:
                     continue  # replaced, rescheduled or being probed: a stale row
                 if entry.ended or entry.gone:
+                    continue
+                if entry.held:
+                    entry.due = now + self._active_s
+                    heapq.heappush(self._due, (entry.due, next(self._order), key, entry))
                     continue
                 free = self._budget.free_at(key, GET_RECORDS, reserve, now)
                 if free > now:

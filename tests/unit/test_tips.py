@@ -201,3 +201,60 @@ def test_answers_patched_from_the_last_one_equal_the_full_computation(monkeypatc
     finally:
         planner.close()
     assert sum(patched) > 50, f"only {sum(patched)} of {len(patched)} answers were patched"
+
+
+def test_closing_stops_the_probes_in_flight():
+    """A probe still waiting on AWS when the planner closes is cancelled with the table, not
+    left pending on a closed loop."""
+    import asyncio
+
+    recs = log_of(4)
+    fake = TimedFake({"a": FakeShard(recs)})
+    planner = planner_on(fake, minProbeIntervalMs="10", maxIdleProbeIntervalMs="10",
+                         getRecordsPerShardPerSecond="5")
+    planner.latest_offset(trim_horizon(A))
+    started = []
+
+    async def stuck(*_args, **_kw):
+        started.append(1)
+        await asyncio.sleep(3600)
+
+    planner._prober_ready().probe = stuck  # the next probe hangs, as on a dead connection
+    wait_for(lambda: started, timeout=10, what="a probe in flight")
+    pending = []
+
+    async def probes_left():
+        pending.extend(t for t in asyncio.all_tasks() if "_probe" in repr(t.get_coro()))
+
+    planner._loop.run(probes_left())
+    assert pending, "expected a probe task in flight"
+    planner.close()
+    assert all(t.done() for t in pending)
+
+
+def test_new_records_wait_for_the_read_budget_in_the_table_not_in_a_sleeping_task():
+    """With one GetRecords a second for the shard, the driver's probe and the executor's read
+    take turns. A batch takes the shard's new records only once its read can start at once:
+    the executor never sleeps inside its task waiting for the budget (which would hold a task
+    slot and stretch the batch)."""
+    from kinesis_source.driver.budget import PacedKinesis
+    from kinesis_source.driver.planner import plan_ranges
+
+    recs = log_of(20)
+    shard = FakeShard()
+    fake = TimedFake({"a": shard})
+    planner = planner_on(fake, minProbeIntervalMs="20", maxIdleProbeIntervalMs="40",
+                         getRecordsPerShardPerSecond="1")
+    planner._kinesis = PacedKinesis(AsyncFake(fake), planner.budget)  # the driver's calls count too
+    try:
+        start = trim_horizon(A)
+        for more in (recs[:10], recs[10:20]):
+            shard.records.extend(more)
+            end = wait_for(lambda s=start: (e := planner.latest_offset(s)) != s and e, timeout=10,
+                           what="the new records in a batch")
+            assert end.shards[A] == Position.after(more[-1][0])
+            booked = planner.hand_over(plan_ranges(start, end))
+            assert booked[A][1] - time.time() <= 0.1, "the read was planned before it could start"
+            start = end
+    finally:
+        planner.close()
