@@ -86,6 +86,7 @@ def source_options(url: str, stream: str, **extra: str) -> dict[str, str]:
         "awsSecretKey": "local",
         "applicationName": f"bench-{uuid.uuid4().hex[:10]}",
         "initialPosition": "TRIM_HORIZON",
+        "tipReportHost": "127.0.0.1",
         **extra,
     }
 

@@ -307,7 +307,8 @@ def run_planner(url: str, shards: int, rate: float, measure_s: float) -> dict[st
                            "measure_seconds": measure_s}
     quota = QuotaProxy(url)
     with quota, Feeders(kinesis, stream, ids, rate):
-        opts = SourceOptions.parse(source_options(quota.url, stream, dynamodbEndpointUrl=url))
+        # No executors read here, so none report: the driver probes every shard itself.
+        opts = SourceOptions.parse(source_options(quota.url, stream, dynamodbEndpointUrl=url, tipReports="false"))
         planner = Planner(opts)
         try:
             start = Offset({ShardId(stream, s): Position.trim_horizon() for s in ids})

@@ -129,6 +129,13 @@ def parse_session_name(text: str) -> str:
     return text.strip()
 
 
+def parse_host(text: str) -> str:
+    host = text.strip()
+    if not host or any(c in host for c in " /@") or host.count(":") == 1:
+        raise ValueError("must be a host name or IP address without scheme or port, e.g. 10.0.0.5")
+    return host
+
+
 def parse_url(text: str) -> str:
     parsed = urlparse(text.strip())
     if parsed.scheme not in ("http", "https") or not parsed.netloc:

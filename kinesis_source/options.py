@@ -22,6 +22,7 @@ from kinesis_source.option_values import (
     parse_app_name,
     parse_bool,
     parse_callback_path,
+    parse_host,
     parse_initial_position,
     parse_non_empty,
     parse_role_arn,
@@ -150,6 +151,25 @@ class SourceOptions:
         "executors together (Kinesis allows 5 per shard). In steady state executors read on "
         "with the iterator the driver's probe left at the batch start and make none.",
         float_in(0, 5),
+    )
+    tip_reports: bool = _option(
+        "tipReports",
+        "bool",
+        True,
+        "Executors report what they read past their ranges' ends to the driver (one TCP message "
+        "per task to a listener in the driver's helper, with a per-run token): the driver then "
+        "does not probe shards that batches are reading. Reports only spare probes: one that "
+        "cannot be delivered costs a probe, never a record.",
+        parse_bool,
+    )
+    tip_report_host: str | None = _option(
+        "tipReportHost",
+        "string",
+        None,
+        "Address the driver's report listener binds to and executors connect to (default: the "
+        "address the driver's host name resolves to). Set it where executors reach the driver "
+        "under another address.",
+        parse_host,
     )
     shard_discovery_interval_ms: int = _option(
         "shardDiscoveryIntervalMs",

@@ -232,7 +232,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
                 self._consumers = Consumers(self._opts)
             arns = self._consumers.arns()
         hashes = self.planner.hash_ranges() if ranges else {}
-        booked = self.planner.hand_over(ranges) if ranges else {}
+        booked, report_to = self.planner.hand_over(ranges) if ranges else ({}, None)
         return [
             RangePartition.of(
                 r,
@@ -241,6 +241,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
                 arns.get(r.stream),
                 hashes.get(r.shard),
                 *booked.get(r.shard, (None, 0.0)),
+                report_to,
             )
             for r in ranges
         ]

@@ -147,5 +147,6 @@ def source_options(endpoint, kinesis_backend):
         "region": "us-east-1",
         "awsAccessKeyId": "local",
         "awsSecretKey": "local",
+        "tipReportHost": "127.0.0.1",  # the driver's report listener, like every test server
         **FAST_PLANNING,  # tests of the call budget itself drop these (as_users_run)
     }

@@ -10,6 +10,7 @@ background work and shard discovery (``driver/listing.py``) go on between Spark'
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Collection, Mapping
@@ -23,6 +24,7 @@ from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, CallBu
 from kinesis_source.driver.limits import BudgetPlanner
 from kinesis_source.driver.listing import ShardListing
 from kinesis_source.driver.probe import SETTLE_PAUSE_S, SETTLE_TIMEOUT_S, ProbeResult, TailProber
+from kinesis_source.driver.reports import TipListener, default_host
 from kinesis_source.driver.runtime import LoopThread
 from kinesis_source.driver.start import resolve_positions
 from kinesis_source.driver.tips import TipTable
@@ -31,11 +33,15 @@ from kinesis_source.lineage import gone_shards, probe_starts, retire_finished
 from kinesis_source.option_values import InitialPosition
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import AFTER, Offset, Position, ShardId, ShardRange
+from kinesis_source.tip_reports import ReportAddress, TipReport
 
 __all__ = ["Planner", "Target", "plan_ranges"]
 
 log = logging.getLogger(__name__)
 
+# How long the driver waits for executors' reports on shards they read before probing them
+# itself (at least; twice maxIdleProbeIntervalMs if longer).
+REPORT_WAIT_S = 30.0
 # How long the first answer for newly tracked shards waits for their first probe.
 FIRST_PROBE_TIMEOUT_S = 60.0
 # A shard's new records join a batch only if its executor read can start within this.
@@ -45,7 +51,7 @@ _TARGET_WAIT_S = 0.5
 
 # What an executor read gets from planning: the iterator and first record the probe found at
 # the range's start (or None), and the wall-clock time its first call is booked for.
-Booking = tuple[tuple[str, str] | None, float]
+Booking = tuple[tuple[str, str | None] | None, float]
 
 
 class Planner:
@@ -73,6 +79,7 @@ class Planner:
         self._last: LastAnswer | None = None  # what the next answer may be patched from
         self._identity: dict[str, str] | None = None
         self._target: Target | None = None
+        self._listener: TipListener | None = None
         self._turn = 0  # rotates which shard a limited batch serves first
         self._booked = 0
         self.probes = 0
@@ -116,10 +123,37 @@ class Planner:
             self._loop.spawn(self._listing.discover(), failed)
         return self._tips
 
+    async def _report_address(self) -> ReportAddress | None:
+        """Where executors send their tip reports (the listener starts on first use); None
+        with ``tipReports=false`` or when no listener could be started (then the driver probes
+        every shard itself)."""
+        if not self._opts.tip_reports:
+            return None
+        if self._listener is None:
+            tips = self._tip_table()
+
+            def apply(reports: list[TipReport]) -> None:
+                for tip in reports:
+                    tips.report(tip)
+
+            self._listener = TipListener(self._opts.tip_report_host or default_host(), apply)
+        if self._listener.address is None:
+            try:
+                await self._listener.start()
+            except OSError as exc:
+                log.warning("cannot listen for executors' tip reports on %s (%s): the driver probes "
+                            "every shard itself; set tipReportHost, or tipReports=false",
+                            self._opts.tip_report_host or default_host(), exc)
+                self._opts = dataclasses.replace(self._opts, tip_reports=False)
+                return None
+        return self._listener.address
+
     def close(self) -> None:
         """Stop the background work, close the client and the event loop."""
 
         async def close_client() -> None:
+            if self._listener is not None:
+                self._listener.close()
             if self._kinesis is not None:
                 await self._kinesis.close()
                 self._kinesis = None
@@ -290,17 +324,22 @@ class Planner:
             await tips.settled(fresh, FIRST_PROBE_TIMEOUT_S)
         return tips.answers(starts, caps)
 
-    def hand_over(self, ranges: list[ShardRange]) -> dict[ShardId, Booking]:
+    def hand_over(self, ranges: list[ShardRange]) -> tuple[dict[ShardId, Booking], ReportAddress | None]:
         """For each range an executor will read: the iterator the probe left at its start (if
         fresh) and the wall-clock time before which the read must not start, its calls booked
         in the shard's budget (so driver probes and executor reads of a shard never exceed it
-        together)."""
+        together); and where the executors report what they saw past the ranges' ends (the
+        driver does not probe those shards until then)."""
         return self._loop.run(self._hand_over(ranges))
 
-    async def _hand_over(self, ranges: list[ShardRange]) -> dict[ShardId, Booking]:
-        if self._opts.consumer_mode == "efo":
-            return {}  # subscriptions do not spend the polling budget
+    async def _hand_over(self, ranges: list[ShardRange]) -> tuple[dict[ShardId, Booking], ReportAddress | None]:
         await self._client()
+        address = await self._report_address()
+        if address is not None and self._tips is not None:
+            until = time.monotonic() + max(REPORT_WAIT_S, 2 * self._opts.max_idle_probe_interval_ms / 1000)
+            self._tips.reading([r.shard for r in ranges], until)
+        if self._opts.consumer_mode == "efo":
+            return {}, address  # subscriptions do not spend the polling budget
         out: dict[ShardId, Booking] = {}
         now, wall = time.monotonic(), time.time()
         for rng in ranges:
@@ -310,7 +349,7 @@ class Planner:
             at = self.budget.book_read(rng.shard, opener is None, now)
             self._booked += 1
             out[rng.shard] = (opener, wall + (at - now))
-        return out
+        return out, address
 
     def stats(self) -> dict[str, Any]:
         """Driver-side cost so far (``latestOffset`` answers, background probes, AWS calls,
@@ -324,6 +363,7 @@ class Planner:
             "driverRecordsFetched": k.records_fetched if k else 0,
             "budgetWaitS": round(k.waited_s, 3) if isinstance(k, PacedKinesis) else 0.0,
             "executorReadsBooked": self._booked,
+            "tipReports": self._tips.reports if self._tips else 0,
             "shards": self._last.lag if self._last is not None else self._lag,
         }
 

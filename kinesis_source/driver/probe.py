@@ -94,7 +94,7 @@ class TailProber:
         # shard -> (position string, iterator at that position, monotonic time)
         self._continuations: dict[ShardId, tuple[str, str, float]] = {}
         # shard -> position string -> (iterator read from there, first record, monotonic time)
-        self._openers: dict[ShardId, OrderedDict[str, tuple[str, str, float]]] = {}
+        self._openers: dict[ShardId, OrderedDict[str, tuple[str, str | None, float]]] = {}
 
     def _take(self, stream: str, shard: str, start: Position) -> str | None:
         cached = self._continuations.pop(ShardId(stream, shard), None)
@@ -187,15 +187,22 @@ class TailProber:
                 return tip, cont
             window *= WINDOW_GROWTH
 
-    def _hand_over(self, key: ShardId, start: Position, iterator: str, first: str) -> None:
+    def _hand_over(self, key: ShardId, start: Position, iterator: str, first: str | None) -> None:
         kept = self._openers.setdefault(key, OrderedDict())
         kept[start.to_str()] = (iterator, first, time.monotonic())
         while len(kept) > _OPENERS_PER_SHARD:
             kept.popitem(last=False)
 
-    def opener(self, key: ShardId, start: Position) -> tuple[str, str] | None:
-        """An iterator a probe read from at ``start`` and the first record it found there, if
-        recent enough for an executor to read on with it."""
+    def keep_opener(self, key: ShardId, start: Position, iterator: str) -> None:
+        """An iterator known to read on right after ``start`` (a page's ``NextShardIterator``
+        after that record, which an executor reported): the range that starts there can read
+        with it. Its first record is not known: an executor checks it lies after ``start``."""
+        self._hand_over(key, start, iterator, None)
+
+    def opener(self, key: ShardId, start: Position) -> tuple[str, str | None] | None:
+        """An iterator a probe read from (or an executor reported) at ``start``, and the first
+        record found there (None: not known), if recent enough for an executor to read on
+        with it."""
         kept = self._openers.get(key)
         found = kept.get(start.to_str()) if kept is not None else None
         if found is None or time.monotonic() - found[2] > OPENER_TTL_S:

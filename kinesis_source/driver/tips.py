@@ -12,8 +12,11 @@ event loop (the :class:`TipTable`'s :meth:`~TipTable.run`) probes each shard whe
 
 Every probe goes on from the iterator the last one left at the tip, so a shard costs one
 ``GetRecords`` per probe. The ends handed out are records the probe read, so a batch is still
-replayable from Spark's offset log alone. What the next issue adds (tips reported by executors
-and fan-out subscriptions) would call :meth:`TipTable.learn`.
+replayable from Spark's offset log alone.
+
+While executors read a shard, the driver does not probe it: their reports of what they saw past
+their ranges' ends (:meth:`TipTable.report`, ``kinesis_source/tip_reports.py``) answer as a probe
+would, and their iterators become the shard's continuation.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from kinesis_source.aws.kinesis import THROTTLED
 from kinesis_source.driver.budget import GET_RECORDS, CallBudget
 from kinesis_source.driver.probe import SETTLE_PAUSE_S, ProbeResult, TailProber
 from kinesis_source.positions import AFTER, AT, Position, ShardId, seq_key
+from kinesis_source.tip_reports import TipReport
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +61,7 @@ class ShardTip:
     idle: int = 0  # probes in a row that found nothing new
     probing: bool = False
     held: bool = False  # new records wait for the executors' read budget: probing can wait too
+    reading_until: float = 0.0  # monotonic: an executor reads the shard and will report
 
     def state(self) -> tuple:
         """What the entry's answers depend on."""
@@ -116,6 +121,7 @@ class TipTable:
         self._dirty: set[ShardId] = set()
         self.error: BaseException | None = None
         self.probes = 0
+        self.reports = 0  # executors' reports applied
         self._wake: asyncio.Event | None = None
         self._changed: asyncio.Condition | None = None
         self._due: list[tuple[float, int, ShardId, ShardTip]] = []
@@ -154,12 +160,47 @@ class TipTable:
             error, self.error = self.error, None
             raise error
 
-    def learn(self, key: ShardId, tip: str) -> None:
-        """A record newer than the table knew exists on ``key`` (another reader saw it)."""
-        entry = self.entries.get(key)
-        if entry is not None and (entry.tip is None or seq_key(tip) > seq_key(entry.tip)):
-            entry.tip, entry.idle = tip, 0
+    def reading(self, keys: list[ShardId], until: float) -> None:
+        """Executors are about to read ``keys`` and report what they saw past the ends: no
+        probe of them until their report, or ``until`` (monotonic) if none comes."""
+        for key in keys:
+            entry = self.entries.get(key)
+            if entry is not None:
+                entry.reading_until = until
+
+    def report(self, tip: TipReport) -> bool:
+        """Apply an executor's report as a probe's answer (True if the shard is tracked and the
+        reported record lies after the entry's seed). Its iterator becomes the shard's
+        continuation when the record is the newest known."""
+        key, entry = tip.shard, self.entries.get(tip.shard)
+        if entry is None or not _after(tip.seq, entry.seed):
+            return False  # a shard that left, or a read of an older range (a replayed batch)
+        before = entry.state()
+        now = entry.probed_at = time.monotonic()
+        entry.reading_until = 0.0
+        newer = entry.tip is None or seq_key(tip.seq) > seq_key(entry.tip)
+        if newer:
+            entry.tip, entry.idle = tip.seq, 0
+        if entry.tip == tip.seq:
+            entry.behind_ms, entry.pending = tip.behind_ms, False
+        if tip.iterator is not None:
+            # The range that will start after this record reads on with it; and, when the record
+            # is the newest known, so does the next probe.
+            self._prober.keep_opener(key, Position.after(tip.seq), tip.iterator)
+            if entry.tip == tip.seq:
+                self._prober.keep(key.stream, key.shard, Position.after(tip.seq), tip.iterator)
+        if tip.behind_ms > 0:
+            entry.due = now  # more was there than the read took: look from its iterator now
+        elif newer:
+            entry.due = now + self._active_s
+        else:
+            self._idle_again(entry, now)
+        if not entry.probing and not (entry.ended or entry.gone):
+            self._schedule(key, entry)
+        if entry.state() != before:
             self._dirty.add(key)
+        self.reports += 1
+        return True
 
     def hold(self, key: ShardId, held: bool = True) -> None:
         """``key``'s known records wait for the shard's read budget (or, with ``held`` false,
@@ -259,6 +300,10 @@ class TipTable:
                     entry.due = now + self._active_s
                     heapq.heappush(self._due, (entry.due, next(self._order), key, entry))
                     continue
+                if entry.reading_until > now:
+                    entry.due = entry.reading_until  # an executor's report is due first
+                    heapq.heappush(self._due, (entry.due, next(self._order), key, entry))
+                    continue
                 free = self._budget.free_at(key, GET_RECORDS, reserve, now)
                 if free > now:
                     entry.due = free
@@ -323,7 +368,9 @@ class TipTable:
             entry.gone = True
             self._on_ended()
         elif result.tip is not None:
-            entry.tip, entry.idle = result.tip, 0
+            if entry.tip is None or seq_key(result.tip) > seq_key(entry.tip):
+                entry.tip = result.tip  # (an executor's report may have gone further meanwhile)
+            entry.idle = 0
             entry.due = now + self._active_s
         elif result.ended:
             entry.ended = True
@@ -331,6 +378,17 @@ class TipTable:
         elif result.pending:
             entry.due = now + SETTLE_PAUSE_S
         else:
-            entry.idle += 1
-            interval = min(self._idle_s, self._active_s * 2 ** min(entry.idle, 30))
-            entry.due = now + interval * (1 + IDLE_JITTER * self._random.random())
+            self._idle_again(entry, now)
+
+    def _idle_again(self, entry: ShardTip, now: float) -> None:
+        """Nothing new on the shard: its next look backs off."""
+        entry.idle += 1
+        interval = min(self._idle_s, self._active_s * 2 ** min(entry.idle, 30))
+        entry.due = now + interval * (1 + IDLE_JITTER * self._random.random())
+
+
+def _after(seq: str, seed: Position) -> bool:
+    """True when record ``seq`` lies after ``seed`` (positions without a record: any)."""
+    if seed.kind not in (AFTER, AT) or seed.seq is None:
+        return True
+    return seq_key(seq) > seq_key(seed.seq) or (seed.kind == AT and seq == seed.seq)

@@ -16,6 +16,7 @@ from kinesis_source.executor.arrow import to_record_batch, user_records
 from kinesis_source.executor.fanout import SubscribeRangeReader
 from kinesis_source.executor.partition import RangePartition
 from kinesis_source.executor.polling import RangeReader
+from kinesis_source.executor.report import send_reports
 
 __all__ = ["RangePartition", "read_partition"]
 
@@ -36,3 +37,6 @@ def read_partition(partition: RangePartition) -> Iterator[pa.RecordBatch]:
         users = user_records(records, rng, partition.on_corrupt, partition.hash_range)
         if users:
             yield to_record_batch(rng.stream, rng.shard_id, users)
+    tip = reader.tip_report()
+    if partition.report_to is not None and tip is not None:
+        send_reports(partition.report_to, [tip])

@@ -14,6 +14,7 @@ from kinesis_source.errors import (
     report_shard_gone,
 )
 from kinesis_source.positions import AFTER, AT, Position, ShardRange, seq_key
+from kinesis_source.tip_reports import TipReport
 
 
 def opening_position(start: Position) -> Position:
@@ -142,6 +143,8 @@ class RawPage:
     records: list[dict]
     shard_ended: bool = False
     at_tip: bool = False
+    behind_ms: int = 0  # MillisBehindLatest of the page (or event)
+    next_iterator: str | None = None  # polling: reads on after the page's last record
 
 
 class RangeReaderBase:
@@ -153,6 +156,16 @@ class RangeReaderBase:
         self._range = rng
         self._fail_on_data_loss = fail_on_data_loss
         self._cursor = RangeCursor(rng, fail_on_data_loss, mode)
+        self._last_page: RawPage | None = None  # the page that completed the range
+
+    def tip_report(self) -> TipReport | None:
+        """What the read saw at and past the range's end, for the driver's tip table; None
+        before the range is complete."""
+        page = self._last_page
+        if page is None or not page.records:
+            return None
+        last = page.records[-1]["SequenceNumber"]
+        return TipReport(self._range.shard, last, page.behind_ms, page.next_iterator)
 
     def _next_page(self) -> RawPage | None:
         """The next page, or None when there is none to process yet (ask again)."""
@@ -178,6 +191,8 @@ class RangeReaderBase:
                 if page is None:
                     continue
                 out, done = cursor.take(page.records)
+                if done:
+                    self._last_page = page
                 if out:
                     yield out
                 if done:

@@ -215,8 +215,10 @@ class SubscribeRangeReader(RangeReaderBase):
         event = self._next_event()
         if event is None:
             return None
+        behind = int(event.get("MillisBehindLatest") or 0)
         return RawPage(
             event.get("Records") or [],
             shard_ended=bool(event.get("ChildShards")),
-            at_tip=int(event.get("MillisBehindLatest") or 0) == 0,
+            at_tip=behind == 0,
+            behind_ms=behind,
         )

@@ -9,6 +9,7 @@ from pyspark.sql.datasource import InputPartition
 from kinesis_source.aws.clients import AwsSettings
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import ShardRange
+from kinesis_source.tip_reports import ReportAddress
 
 
 @dataclass(frozen=True, repr=False)
@@ -26,9 +27,10 @@ class RangePartition(InputPartition):
     hash_range: tuple[int, int] | None = None
     # (iterator, first sequence number): an iterator the driver's probe read from at the
     # range's start, and the record it found first there; used if that record comes first again
-    opener: tuple[str, str] | None = None
+    opener: tuple[str, str | None] | None = None
     page_interval_s: float = 0.0  # least time between two GetRecords of this shard (the budget)
     not_before: float = 0.0  # epoch seconds: the driver booked the first call for then
+    report_to: ReportAddress | None = None  # the driver's listener for what the read saw past the end
 
     @staticmethod
     def of(
@@ -37,8 +39,9 @@ class RangePartition(InputPartition):
         opts: SourceOptions,
         consumer_arn: str | None = None,
         hash_range: tuple[int, int] | None = None,
-        opener: tuple[str, str] | None = None,
+        opener: tuple[str, str | None] | None = None,
         not_before: float = 0.0,
+        report_to: ReportAddress | None = None,
     ) -> RangePartition:
         """The partition of ``rng`` under the query's options."""
         return RangePartition(
@@ -53,6 +56,7 @@ class RangePartition(InputPartition):
             # executors get half of the shard's GetRecords budget (the driver's probes the rest)
             2.0 / opts.get_records_per_shard_per_second,
             not_before,
+            report_to,
         )
 
     def __repr__(self) -> str:

@@ -29,7 +29,7 @@ from kinesis_source.aws.kinesis import (
     missing_shard_or_stream,
 )
 from kinesis_source.executor.cursor import RangeReaderBase, RawPage
-from kinesis_source.positions import Position, ShardRange
+from kinesis_source.positions import AFTER, Position, ShardRange, seq_key
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class RangeReader(RangeReaderBase):
         rng: ShardRange,
         limit: int,
         fail_on_data_loss: bool = True,
-        opener: tuple[str, str] | None = None,
+        opener: tuple[str, str | None] | None = None,
         page_interval_s: float = 0.0,
         not_before: float = 0.0,
     ) -> None:
@@ -74,11 +74,20 @@ class RangeReader(RangeReaderBase):
             if not is_expired(exc) and error_code(exc) != INVALID_ARGUMENT:
                 raise
             return None
-        if not page.records or page.records[0]["SequenceNumber"] != first:
+        if not page.records or not self._opens_range(page.records[0]["SequenceNumber"], first):
             log.info("the driver's iterator for %s did not start at %s; opening anew", self._range, first)
             return None
         self.handed_over = True
         return page
+
+    def _opens_range(self, got: str, first: str | None) -> bool:
+        """True when a handed-over iterator's first record is the one expected at the range's
+        start: the one the probe found there, or (for an iterator that an earlier read reported
+        after the start's record, its first record unknown) any record after the start."""
+        if first is not None:
+            return got == first
+        start = self._range.start
+        return start.kind == AFTER and start.seq is not None and seq_key(got) > seq_key(start.seq)
 
     def _pace(self) -> None:
         """Wait for the shard's budget: the driver booked the first call (a clock skew between
@@ -140,4 +149,5 @@ class RangeReader(RangeReaderBase):
         page = self._fetch()
         self._iterator = page.next_iterator
         ended = page.next_iterator is None  # a closed shard's last page
-        return RawPage(page.records, shard_ended=ended, at_tip=page.at_tip)
+        return RawPage(page.records, shard_ended=ended, at_tip=page.at_tip, behind_ms=page.behind_ms,
+                       next_iterator=page.next_iterator)

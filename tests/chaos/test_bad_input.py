@@ -33,6 +33,8 @@ BAD_VALUES: dict[str, list[str]] = {
     "maxIdleProbeIntervalMs": ["abc", "-1", "2.5"],
     "getRecordsPerShardPerSecond": ["abc", "0", "-1", "5.5", "nan"],
     "getShardIteratorPerShardPerSecond": ["abc", "0", "6", "inf"],
+    "tipReports": ["maybe"],
+    "tipReportHost": ["http://10.0.0.5", "10.0.0.5:7077", " "],
     "shardDiscoveryIntervalMs": ["abc", "-5", "0.5"],
     "onCorruptAggregate": ["ignore", "1"],
     "maxRetries": ["abc", "0", "101", "-3"],

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.support.quota import Feeder, Neighbour, QuotaProxy, as_users_run
-from tests.support.spark_query import running
+from tests.support.spark_query import running, source_report
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -37,6 +37,7 @@ def test_a_steady_query_keeps_to_its_call_budget_beside_a_neighbour(
             sent = list(feed.sent)
             wait_for(lambda: sink.count() >= len(sent), timeout=120, what=f"the {len(sent)} records fed")
             until = time.monotonic()
+            progress = list(query.recentProgress)
     ours = lambda s: s.access_key == "local" and s.at >= since and s.at <= until  # noqa: E731
     assert quota.peak_rate("GetRecords", window_s=10.0, where=ours) <= 2.0
     assert quota.peak_rate("GetShardIterator", window_s=10.0, where=ours) <= 1.0
@@ -46,6 +47,13 @@ def test_a_steady_query_keeps_to_its_call_budget_beside_a_neighbour(
     executor_reads = len(quota.calls("GetRecords", where=lambda s: ours(s) and s.client == "sync"))
     executor_iterators = len(quota.calls("GetShardIterator", where=lambda s: ours(s) and s.client == "sync"))
     assert executor_reads > 0 and executor_iterators <= executor_reads / 4
+    # Executors report what they read past their ends, so the driver hardly probes shards that
+    # batches read (without reports: one GetRecords per shard per minProbeIntervalMs, ~1/s).
+    driver_reads = len(quota.calls("GetRecords", where=lambda s: ours(s) and s.client == "async"))
+    driver_rate = driver_reads / SHARDS / (until - since)
+    assert driver_rate <= 0.3, f"the driver made {driver_rate:.2f} GetRecords per shard per second"
+    reports = max(source_report(p).get("tipReports", 0) for p in progress)
+    assert reports > 0
     # Exact: every record fed up to then, once, in order per shard.
     got = [(r.shard_id, r.seq) for r in sink.rows()]
     assert len(got) == len(set(got))

@@ -189,3 +189,22 @@ def test_range_ends_compare_as_integers_across_digit_counts():
     assert read(fake, ShardRange("s", "a", Position.trim_horizon(), seqs[6]))[0] == seqs[:7]
     assert read(fake, ShardRange("s", "a", Position.after(seqs[3]), seqs[16]))[0] == seqs[4:17]
     assert read(fake, ShardRange("s", "a", Position.at(seqs[12]), seqs[19]))[0] == seqs[12:]
+
+
+def test_an_iterator_reported_after_the_start_record_is_read_on_without_a_new_one():
+    """A previous read reported its page's NextShardIterator after record ``s``: the range from
+    ``AFTER:s`` reads on with it (no GetShardIterator) when its first record lies after ``s``;
+    an iterator that is not where it claims (its first record at or before ``s``) is dropped and
+    the range opens anew, so no record is read twice or skipped."""
+    recs = log_of(30)
+    fake = FakeKinesis({"a": FakeShard(recs)})
+    rng = ShardRange("s", "a", Position.after(recs[9][0]), recs[19][0])
+    reader = RangeReader(fake, rng, 100, opener=("a|10|0", None))  # the fake's iterator after record 9
+    seqs = [r["SequenceNumber"] for page in reader.pages() for r in page]
+    assert seqs == [s for s, _ in recs[10:20]]
+    assert reader.handed_over and "GetShardIterator" not in fake.calls
+    fake.calls.clear()
+    wrong = RangeReader(fake, rng, 100, opener=("a|5|0", None))  # claims after 9, is after 4
+    seqs = [r["SequenceNumber"] for page in wrong.pages() for r in page]
+    assert seqs == [s for s, _ in recs[10:20]]
+    assert not wrong.handed_over and "GetShardIterator" in fake.calls

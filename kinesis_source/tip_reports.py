@@ -1,0 +1,84 @@
+"""Tips that executors report to the driver: what a read saw at and past its range's end.
+
+The page an executor reads its range's end from usually holds more: the records that arrived
+between planning and the read. They are the next batch's, so the executor tells the driver's tip
+table the last record it saw, how far that page was behind the shard's newest record
+(``MillisBehindLatest``) and, when polling, the page's ``NextShardIterator`` (the driver's next
+probe of the shard goes on from it in one call). While a shard is being read the driver does not
+probe it: the report arrives before the batch ends, so the next ``latestOffset`` answers from it.
+
+A report only ever names a record a read returned, so an end the driver plans from it is a
+record that exists; a report that is lost, late or refused costs the driver a probe, never a
+record. The wire is one TCP connection per task to a listener in the driver's helper: one line
+of canonical JSON (the run's token and the tips), answered ``ok`` once the table applied it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kinesis_source.positions import ShardId, check_seq
+
+MAX_MESSAGE_BYTES = 1 << 20  # a task's report: a line per shard is ~1 KB, with the iterator
+MAX_ITERATOR_CHARS = 4096
+
+
+@dataclass(frozen=True)
+class TipReport:
+    """The last record a read saw on one shard, and where reading on would continue."""
+
+    shard: ShardId
+    seq: str  # the last record the read returned: the range's end or past it
+    behind_ms: int  # MillisBehindLatest of the page that held it: 0 = nothing newer was there
+    iterator: str | None = None  # GetRecords from it reads on after ``seq`` (polling only)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's JSON object."""
+        return {"shard": str(self.shard), "seq": self.seq, "behindMs": self.behind_ms,
+                "iterator": self.iterator}
+
+    @staticmethod
+    def from_json(data: Any) -> TipReport:
+        """Parse one report; raises ``ValueError`` naming what is wrong."""
+        if not isinstance(data, dict):
+            raise ValueError("a tip report is not an object")
+        behind, iterator = data.get("behindMs"), data.get("iterator")
+        if not isinstance(behind, int) or isinstance(behind, bool) or behind < 0:
+            raise ValueError(f"behindMs {behind!r} is not a count of milliseconds")
+        if iterator is not None and (not isinstance(iterator, str) or len(iterator) > MAX_ITERATOR_CHARS):
+            raise ValueError("iterator is not a shard iterator")
+        seq = data.get("seq")
+        if not isinstance(seq, str):
+            raise ValueError(f"seq {seq!r} is not a sequence number")
+        return TipReport(ShardId.parse(str(data.get("shard"))), check_seq(seq), behind, iterator)
+
+
+@dataclass(frozen=True)
+class ReportAddress:
+    """Where executors send their reports, and the run's token that the listener requires."""
+
+    host: str
+    port: int
+    token: str
+
+    def __repr__(self) -> str:
+        return f"ReportAddress({self.host}:{self.port})"  # the token stays out of logs
+
+
+def encode(token: str, tips: list[TipReport]) -> bytes:
+    """One report message: a line of canonical JSON."""
+    body = {"token": token, "tips": [t.to_json() for t in tips]}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line: bytes) -> tuple[str, list[TipReport]]:
+    """(token, tips) of one message; raises ``ValueError`` naming what is wrong."""
+    body = json.loads(line)
+    if not isinstance(body, dict) or not isinstance(body.get("token"), str):
+        raise ValueError("a report message has no token")
+    tips = body.get("tips")
+    if not isinstance(tips, list):
+        raise ValueError("a report message has no tips")
+    return body["token"], [TipReport.from_json(t) for t in tips]

@@ -1,0 +1,143 @@
+"""Executors' tip reports: the wire format, the driver's listener (real TCP on 127.0.0.1), and how
+the tip table applies them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from kinesis_source.driver.reports import TipListener
+from kinesis_source.executor import report as sender
+from kinesis_source.positions import Position, ShardId
+from kinesis_source.tip_reports import ReportAddress, TipReport, decode, encode
+from tests.support.waiting import wait_for
+from tests.unit.fake_kinesis import FakeShard, log_of
+from tests.unit.test_tips import TimedFake, planner_on, trim_horizon
+
+A = ShardId("s", "a")
+
+
+def test_a_report_round_trips_and_bad_ones_are_refused_naming_the_field():
+    tip = TipReport(A, "123", 40, "it-1")
+    token, tips = decode(encode("t0k", [tip]))
+    assert (token, tips) == ("t0k", [tip])
+    for bad, word in (
+        ({"shard": "s/a", "seq": "12x", "behindMs": 0}, "sequence number"),
+        ({"shard": "s/a", "seq": "12", "behindMs": -1}, "behindMs"),
+        ({"shard": "s/a", "seq": "12", "behindMs": True}, "behindMs"),
+        ({"shard": "nostream", "seq": "12", "behindMs": 0}, "stream"),
+        ({"shard": "s/a", "seq": "12", "behindMs": 0, "iterator": 5}, "iterator"),
+    ):
+        with pytest.raises(ValueError, match=word):
+            TipReport.from_json(bad)
+    assert "t0k" not in repr(ReportAddress("127.0.0.1", 1, "t0k"))
+
+
+def _listening(on_tips):
+    """A listener on 127.0.0.1 in a loop thread of its own; (listener, loop, address)."""
+    import threading
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    listener = TipListener("127.0.0.1", on_tips)
+    address = asyncio.run_coroutine_threadsafe(listener.start(), loop).result(10)
+    return listener, loop, address
+
+
+def test_reports_reach_the_listener_only_with_the_runs_token():
+    got: list[TipReport] = []
+    listener, loop, address = _listening(got.extend)
+    try:
+        tip = TipReport(A, "77", 0, None)
+        assert sender.send_reports(address, [tip])
+        assert got == [tip]
+        forged = ReportAddress(address.host, address.port, "not-the-token")
+        assert not sender.send_reports(forged, [TipReport(A, "99", 0, None)])
+        assert got == [tip] and listener.refused == 1
+        import socket
+
+        with socket.create_connection((address.host, address.port), timeout=5) as sock:
+            sock.sendall(b"{not json\n")
+            assert sock.recv(16) == b""  # closed without "ok"
+        wait_for(lambda: listener.refused == 2, timeout=5, what="the garbage refused")
+    finally:
+        loop.call_soon_threadsafe(listener.close)
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def test_an_unreachable_driver_costs_one_attempt_per_pause(monkeypatch):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed when the block ends: connections are refused
+    address = ReportAddress("127.0.0.1", port, "t")
+    tries = []
+    real = socket.create_connection
+    monkeypatch.setattr(sender.socket, "create_connection", lambda *a, **k: tries.append(1) or real(*a, **k))
+    monkeypatch.setattr(sender, "_unreachable_until", {})
+    tip = TipReport(A, "1", 0, None)
+    assert not sender.send_reports(address, [tip])
+    assert not sender.send_reports(address, [tip])
+    assert len(tries) == 1
+
+
+def test_the_driver_does_not_probe_a_shard_being_read_and_answers_from_its_report():
+    recs = log_of(40)
+    fake = TimedFake({"a": FakeShard(recs[:10])})
+    planner = planner_on(fake, minProbeIntervalMs="20", maxIdleProbeIntervalMs="40",
+                         getRecordsPerShardPerSecond="5", getShardIteratorPerShardPerSecond="5",
+                         tipReportHost="127.0.0.1")
+    try:
+        start = trim_horizon(A)
+        end = planner.latest_offset(start)
+        assert end.shards[A] == Position.after(recs[9][0])
+        from kinesis_source.driver.planner import plan_ranges
+
+        _, address = planner.hand_over(plan_ranges(start, end))
+        assert address is not None and address.host == "127.0.0.1"
+        reads = len(fake.reads)
+        fake.shards["a"].records.extend(recs[10:30])
+        time.sleep(0.5)  # twelve probe intervals: none may come while the shard is read
+        assert len(fake.reads) == reads, "the driver probed a shard an executor was reading"
+        assert planner.latest_offset(end) == end
+        # The executor saw up to record 29 past its end, with the iterator after it.
+        iterator = "a|30|0"
+        assert sender.send_reports(address, [TipReport(A, recs[29][0], 0, iterator)])
+        assert planner.latest_offset(end).shards[A] == Position.after(recs[29][0])
+        assert planner.stats()["tipReports"] == 1
+        # The next probe goes on from the reported iterator: no GetShardIterator.
+        fake.shards["a"].records.extend(recs[30:32])
+        calls = len(fake.calls)
+        wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[31][0]),
+                 timeout=10, what="the record after the report")
+        assert "GetShardIterator" not in fake.calls[calls:], fake.calls[calls:]
+    finally:
+        planner.close()
+
+
+def test_a_report_never_moves_a_tip_back_nor_before_the_tracked_start():
+    recs = log_of(20)
+    fake = TimedFake({"a": FakeShard(recs)})
+    planner = planner_on(fake, minProbeIntervalMs="3600000", maxIdleProbeIntervalMs="3600000",
+                         tipReportHost="127.0.0.1")
+    try:
+        start = after_offset(recs[4][0])
+        end = planner.latest_offset(start)
+        assert end.shards[A] == Position.after(recs[19][0])
+        _, address = planner.hand_over([])
+        assert address is not None
+        # from a replayed batch: an older record, and one before the tracked start
+        assert sender.send_reports(address, [TipReport(A, recs[10][0], 0, None)])
+        assert sender.send_reports(address, [TipReport(A, recs[2][0], 0, None)])
+        assert planner.latest_offset(start) == end
+    finally:
+        planner.close()
+
+
+def after_offset(seq):
+    from kinesis_source.positions import Offset
+
+    return Offset({A: Position.after(seq)})
