@@ -118,6 +118,7 @@ def run(
             "dynamodbEndpointUrl": url,
             "region": region,
             "minProbeIntervalMs": "200",
+            "tipReportHost": "127.0.0.1",  # local Spark: the executors run on this machine
         }
         state = DemoState(phase=f"endpoint {url}: stream {stream} ({shards} shards), application {app}")
         producer = LoadProducer(kinesis, stream, size=100, prefix="demo")
