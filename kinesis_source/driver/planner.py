@@ -236,6 +236,8 @@ class Planner:
     async def _probe(self, start: Offset, max_records: int | None) -> Offset:
         await self._client()
         listing = await self._listing.get()
+        if self._tips is not None:
+            self._tips.batch_over()
         if max_records is None and self._target is None and self._last is not None:
             tips = self._tip_table()
             tips.raise_error()
