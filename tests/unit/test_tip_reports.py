@@ -163,3 +163,33 @@ def test_a_report_that_never_comes_costs_a_probe_at_the_next_answer_not_a_stall(
                  timeout=5, what="the new records without a report (deadline: 30 s)")
     finally:
         planner.close()
+
+
+def test_the_reported_call_times_replace_the_reads_booking_in_the_ledger():
+    from kinesis_source.driver.budget import GET_RECORDS
+    from kinesis_source.driver.planner import plan_ranges
+    from kinesis_source.executor.polling import RangeReader
+
+    recs = log_of(20)
+    fake = TimedFake({"a": FakeShard(recs)})
+    planner = planner_on(fake, minProbeIntervalMs="3600000", maxIdleProbeIntervalMs="3600000",
+                         getRecordsPerShardPerSecond="1", tipReports="true", tipReportHost="127.0.0.1")
+    try:
+        start = trim_horizon(A)
+        end = wait_for(lambda: (e := planner.latest_offset(start)) != start and e, timeout=10,
+                       what="the first batch")
+        (rng,) = plan_ranges(start, end)
+        booked, address = planner.hand_over([rng])
+        assert address is not None
+        reader = RangeReader(fake, rng, 100, opener=booked[A][0])
+        assert len(list(reader.pages())) == 1
+        tip = reader.tip_report()
+        assert tip is not None
+        assert sum(len(times) for times in tip.calls.values()) == reader.calls  # every call reported
+        time.sleep(0.5)  # the task started half a second after its booking: it calls now
+        tip = TipReport(tip.shard, tip.seq, tip.behind_ms, tip.iterator, {"GetRecords": [time.time()]})
+        assert sender.send_reports(address, [tip])
+        # one call a second: the next fits a second after the actual call, not after the booking
+        assert planner.budget.free_at(A, GET_RECORDS) >= time.monotonic() + 0.9
+    finally:
+        planner.close()
