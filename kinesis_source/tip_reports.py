@@ -16,13 +16,15 @@ of canonical JSON (the run's token and the tips), answered ``ok`` once the table
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kinesis_source.positions import ShardId, check_seq
 
 MAX_MESSAGE_BYTES = 1 << 20  # a task's report: a line per shard is ~1 KB, with the iterator
 MAX_ITERATOR_CHARS = 4096
+CALL_OPS = ("GetRecords", "GetShardIterator")
+MAX_CALLS = 10_000  # call times per operation in one report
 
 
 @dataclass(frozen=True)
@@ -33,11 +35,14 @@ class TipReport:
     seq: str  # the last record the read returned: the range's end or past it
     behind_ms: int  # MillisBehindLatest of the page that held it: 0 = nothing newer was there
     iterator: str | None = None  # GetRecords from it reads on after ``seq`` (polling only)
+    # When the read called Kinesis (epoch seconds, per operation): the driver's ledger of the
+    # shard's call budget replaces the read's booking with them.
+    calls: dict[str, list[float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The report's JSON object."""
         return {"shard": str(self.shard), "seq": self.seq, "behindMs": self.behind_ms,
-                "iterator": self.iterator}
+                "iterator": self.iterator, "calls": self.calls}
 
     @staticmethod
     def from_json(data: Any) -> TipReport:
@@ -52,7 +57,16 @@ class TipReport:
         seq = data.get("seq")
         if not isinstance(seq, str):
             raise ValueError(f"seq {seq!r} is not a sequence number")
-        return TipReport(ShardId.parse(str(data.get("shard"))), check_seq(seq), behind, iterator)
+        calls = data.get("calls") or {}
+        if not isinstance(calls, dict) or any(
+            op not in CALL_OPS or not isinstance(times, list) or len(times) > MAX_CALLS
+            or not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in times)
+            for op, times in calls.items()
+        ):
+            raise ValueError("calls is not a list of call times per operation")
+        shard = ShardId.parse(str(data.get("shard")))
+        times = {op: [float(t) for t in ts] for op, ts in calls.items()}
+        return TipReport(shard, check_seq(seq), behind, iterator, times)
 
 
 @dataclass(frozen=True)

@@ -99,15 +99,31 @@ class CallBudget:
             bisect.insort(window.times, at)
         self.spent[op] += n
 
-    def book_read(self, key: Hashable, needs_iterator: bool, now: float) -> float:
+    def book_read(self, key: Hashable, needs_iterator: bool, now: float) -> tuple[float, dict[str, list[float]]]:
         """Book an executor read's first calls on ``key`` (a ``GetShardIterator`` too when it
-        has no iterator handed over) at the first time they fit; returns that time."""
+        has no iterator handed over) at the first time they fit; returns that time and the
+        bookings by operation (for :meth:`settle`)."""
         at = self.free_at(key, GET_RECORDS, now=now)
+        booked: dict[str, list[float]] = {GET_RECORDS: [at]}
         if needs_iterator:
             at = max(at, self.free_at(key, GET_SHARD_ITERATOR, now=now))
             self.spend(key, GET_SHARD_ITERATOR, now=at)
+            booked = {GET_RECORDS: [at], GET_SHARD_ITERATOR: [at]}
         self.spend(key, GET_RECORDS, now=at)
-        return at
+        return at, booked
+
+    def settle(self, key: Hashable, op: str, booked: list[float], actual: list[float]) -> None:
+        """Replace an executor read's booked calls of ``op`` on ``key`` with the times it
+        actually called (monotonic): a task that started late must not let the next booking
+        come closer than the budget allows, and pages after the first were never booked."""
+        window = self._window(key, op)
+        for at in booked:
+            i = bisect.bisect_left(window.times, at)
+            if i < len(window.times) and window.times[i] == at:
+                del window.times[i]
+        for at in actual:
+            bisect.insort(window.times, at)
+        self.spent[op] += len(actual) - len(booked)
 
     def forget(self, key: Hashable) -> None:
         """Drop a shard's windows (it left the query)."""

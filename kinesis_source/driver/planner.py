@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 REPORT_WAIT_S = 30.0
 # How long the first answer for newly tracked shards waits for their first probe.
 FIRST_PROBE_TIMEOUT_S = 60.0
+# How far an executor's reported call times may lie before its booking (clock skew).
+MAX_CLOCK_SKEW_S = 5.0
 # A shard's new records join a batch only if its executor read can start within this.
 HOLD_SLACK_S = 0.05
 # Under Trigger.AvailableNow, how long a batch waits for the table between looks.
@@ -80,6 +82,7 @@ class Planner:
         self._identity: dict[str, str] | None = None
         self._target: Target | None = None
         self._listener: TipListener | None = None
+        self._bookings: dict[ShardId, dict[str, list[float]]] = {}  # executor reads not yet reported
         self._turn = 0  # rotates which shard a limited batch serves first
         self._booked = 0
         self.probes = 0
@@ -135,6 +138,7 @@ class Planner:
             def apply(reports: list[TipReport]) -> None:
                 for tip in reports:
                     tips.report(tip)
+                    self._settle(tip)
 
             self._listener = TipListener(self._opts.tip_report_host or default_host(), apply)
         if self._listener.address is None:
@@ -147,6 +151,18 @@ class Planner:
                 self._opts = dataclasses.replace(self._opts, tip_reports=False)
                 return None
         return self._listener.address
+
+    def _settle(self, tip: TipReport) -> None:
+        """The shard's ledger gets the reported read's actual call times in place of its
+        booking (times from the executor's clock, kept within what could be true here)."""
+        booked = self._bookings.pop(tip.shard, None)
+        if booked is None or not tip.calls:
+            return
+        now, wall = time.monotonic(), time.time()
+        earliest = min(min(times) for times in booked.values()) - MAX_CLOCK_SKEW_S
+        for op, times in tip.calls.items():
+            actual = [min(now, max(earliest, now - (wall - t))) for t in times]
+            self.budget.settle(tip.shard, op, booked.get(op, []), actual)
 
     def close(self) -> None:
         """Stop the background work, close the client and the event loop."""
@@ -236,6 +252,8 @@ class Planner:
     async def _probe(self, start: Offset, max_records: int | None) -> Offset:
         await self._client()
         listing = await self._listing.get()
+        if self._tips is not None:
+            self._tips.batch_over()
         if max_records is None and self._target is None and self._last is not None:
             tips = self._tip_table()
             tips.raise_error()
@@ -346,7 +364,7 @@ class Planner:
             if self._tips is not None:
                 self._tips.hold(rng.shard, False)
             opener = self._prober_ready().opener(rng.shard, rng.start)
-            at = self.budget.book_read(rng.shard, opener is None, now)
+            at, self._bookings[rng.shard] = self.budget.book_read(rng.shard, opener is None, now)
             self._booked += 1
             out[rng.shard] = (opener, wall + (at - now))
         return out, address

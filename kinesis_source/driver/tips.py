@@ -119,6 +119,7 @@ class TipTable:
         self.entries: dict[ShardId, ShardTip] = {}
         # Shards whose answer may differ from the one last handed out (see take_changed).
         self._dirty: set[ShardId] = set()
+        self._unreported: set[ShardId] = set()  # handed out to executors, no report yet
         self.error: BaseException | None = None
         self.probes = 0
         self.reports = 0  # executors' reports applied
@@ -167,6 +168,20 @@ class TipTable:
             entry = self.entries.get(key)
             if entry is not None:
                 entry.reading_until = until
+                self._unreported.add(key)
+
+    def batch_over(self) -> None:
+        """The batch whose reads were handed out is over (Spark asks for the next end only
+        then): a shard whose report did not come will not get one (the executor could not reach
+        the driver, or the read failed), so it is probed now rather than at the deadline."""
+        now = time.monotonic()
+        for key in self._unreported:
+            entry = self.entries.get(key)
+            if entry is not None and entry.reading_until > now:
+                entry.reading_until, entry.due = 0.0, now
+                if not entry.probing and not (entry.ended or entry.gone):
+                    self._schedule(key, entry)
+        self._unreported.clear()
 
     def report(self, tip: TipReport) -> bool:
         """Apply an executor's report as a probe's answer (True if the shard is tracked and the
@@ -178,6 +193,7 @@ class TipTable:
         before = entry.state()
         now = entry.probed_at = time.monotonic()
         entry.reading_until = 0.0
+        self._unreported.discard(key)
         newer = entry.tip is None or seq_key(tip.seq) > seq_key(entry.tip)
         if newer:
             entry.tip, entry.idle = tip.seq, 0

@@ -165,7 +165,12 @@ class RangeReaderBase:
         if page is None or not page.records:
             return None
         last = page.records[-1]["SequenceNumber"]
-        return TipReport(self._range.shard, last, page.behind_ms, page.next_iterator)
+        return TipReport(self._range.shard, last, page.behind_ms, page.next_iterator, self._reported_calls())
+
+    def _reported_calls(self) -> dict[str, list[float]]:
+        """The read's Kinesis calls that spend the shard's polling budget, by operation
+        (epoch seconds)."""
+        return {}
 
     def _next_page(self) -> RawPage | None:
         """The next page, or None when there is none to process yet (ask again)."""

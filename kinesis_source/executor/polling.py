@@ -58,6 +58,7 @@ class RangeReader(RangeReaderBase):
         self._last_call: float | None = None
         self._not_before = not_before
         self.calls = 0
+        self.call_times: dict[str, list[float]] = {"GetRecords": [], "GetShardIterator": []}
         self.expiries = 0
         self.handed_over = False  # the driver's iterator served the first page
 
@@ -68,7 +69,7 @@ class RangeReader(RangeReaderBase):
         self._opener = None
         try:
             self._pace()
-            self.calls += 1
+            self._called("GetRecords")
             page = Page.from_api(self._client.get_records(ShardIterator=iterator, Limit=self._limit))
         except ClientError as exc:
             if not is_expired(exc) and error_code(exc) != INVALID_ARGUMENT:
@@ -88,6 +89,13 @@ class RangeReader(RangeReaderBase):
             return got == first
         start = self._range.start
         return start.kind == AFTER and start.seq is not None and seq_key(got) > seq_key(start.seq)
+
+    def _called(self, op: str) -> None:
+        self.calls += 1
+        self.call_times[op].append(time.time())
+
+    def _reported_calls(self) -> dict[str, list[float]]:
+        return {op: times for op, times in self.call_times.items() if times}
 
     def _pace(self) -> None:
         """Wait for the shard's budget: the driver booked the first call (a clock skew between
@@ -112,7 +120,7 @@ class RangeReader(RangeReaderBase):
                 if self._iterator is None:
                     self._iterator = self._new_iterator()
                 try:
-                    self.calls += 1
+                    self._called("GetRecords")
                     resp = self._client.get_records(
                         ShardIterator=self._iterator, Limit=self._limit
                     )
@@ -126,7 +134,7 @@ class RangeReader(RangeReaderBase):
 
     def _get_iterator(self, position: Position) -> str:
         rng = self._range
-        self.calls += 1
+        self._called("GetShardIterator")
         try:
             resp = self._client.get_shard_iterator(
                 StreamName=rng.stream, ShardId=rng.shard_id, **position.iterator_args()

@@ -65,3 +65,18 @@ def test_paced_calls_on_one_shard_keep_to_the_driver_share():
     assert took >= 2.0
     assert budget.spent[GET_RECORDS] == 25 and budget.spent[GET_SHARD_ITERATOR] == 2
     assert isinstance(kinesis, AsyncKinesis)
+
+
+def test_a_read_that_started_late_moves_its_booking_to_when_it_called():
+    """An executor read booked at t=0 called at t=0.4 (its task started late): once its
+    actual time replaces the booking, the next call of a 1-a-second budget fits at 1.4, not 1.0
+    (where it would make two calls 0.6 s apart)."""
+    budget = CallBudget({GET_RECORDS: 1.0, GET_SHARD_ITERATOR: 1.0})
+    at, booked = budget.book_read("s", False, now=100.0)
+    assert at == 100.0 and booked == {GET_RECORDS: [100.0]}
+    assert budget.free_at("s", GET_RECORDS, now=100.0) == 101.0
+    budget.settle("s", GET_RECORDS, booked[GET_RECORDS], [100.4])
+    assert budget.free_at("s", GET_RECORDS, now=100.0) == 101.4
+    # a read that also paged on: both calls count, the second never booked
+    budget.settle("s", GET_RECORDS, [], [101.5])
+    assert budget.free_at("s", GET_RECORDS, now=101.5) == 102.5

@@ -102,7 +102,6 @@ def test_the_driver_does_not_probe_a_shard_being_read_and_answers_from_its_repor
         fake.shards["a"].records.extend(recs[10:30])
         time.sleep(0.5)  # twelve probe intervals: none may come while the shard is read
         assert len(fake.reads) == reads, "the driver probed a shard an executor was reading"
-        assert planner.latest_offset(end) == end
         # The executor saw up to record 29 past its end, with the iterator after it.
         iterator = "a|30|0"
         assert sender.send_reports(address, [TipReport(A, recs[29][0], 0, iterator)])
@@ -141,3 +140,56 @@ def after_offset(seq):
     from kinesis_source.positions import Offset
 
     return Offset({A: Position.after(seq)})
+
+
+def test_a_report_that_never_comes_costs_a_probe_at_the_next_answer_not_a_stall():
+    """An executor that cannot reach the driver sends nothing; once Spark asks for the next end
+    (the batch is over), the shard is probed at once instead of waiting for the report's
+    deadline, so its new records reach the next batch."""
+    from kinesis_source.driver.planner import plan_ranges
+
+    recs = log_of(20)
+    fake = TimedFake({"a": FakeShard(recs[:10])})
+    planner = planner_on(fake, minProbeIntervalMs="20", maxIdleProbeIntervalMs="40",
+                         getRecordsPerShardPerSecond="5", getShardIteratorPerShardPerSecond="5",
+                         tipReportHost="127.0.0.1")
+    try:
+        start = trim_horizon(A)
+        end = planner.latest_offset(start)
+        planner.hand_over(plan_ranges(start, end))  # no executor: no report will come
+        fake.shards["a"].records.extend(recs[10:20])
+        planner.latest_offset(end)  # the next batch's question: the last one is over
+        wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[19][0]),
+                 timeout=5, what="the new records without a report (deadline: 30 s)")
+    finally:
+        planner.close()
+
+
+def test_the_reported_call_times_replace_the_reads_booking_in_the_ledger():
+    from kinesis_source.driver.budget import GET_RECORDS
+    from kinesis_source.driver.planner import plan_ranges
+    from kinesis_source.executor.polling import RangeReader
+
+    recs = log_of(20)
+    fake = TimedFake({"a": FakeShard(recs)})
+    planner = planner_on(fake, minProbeIntervalMs="3600000", maxIdleProbeIntervalMs="3600000",
+                         getRecordsPerShardPerSecond="1", tipReports="true", tipReportHost="127.0.0.1")
+    try:
+        start = trim_horizon(A)
+        end = wait_for(lambda: (e := planner.latest_offset(start)) != start and e, timeout=10,
+                       what="the first batch")
+        (rng,) = plan_ranges(start, end)
+        booked, address = planner.hand_over([rng])
+        assert address is not None
+        reader = RangeReader(fake, rng, 100, opener=booked[A][0])
+        assert len(list(reader.pages())) == 1
+        tip = reader.tip_report()
+        assert tip is not None
+        assert sum(len(times) for times in tip.calls.values()) == reader.calls  # every call reported
+        time.sleep(0.5)  # the task started half a second after its booking: it calls now
+        tip = TipReport(tip.shard, tip.seq, tip.behind_ms, tip.iterator, {"GetRecords": [time.time()]})
+        assert sender.send_reports(address, [tip])
+        # one call a second: the next fits a second after the actual call, not after the booking
+        assert planner.budget.free_at(A, GET_RECORDS) >= time.monotonic() + 0.9
+    finally:
+        planner.close()
