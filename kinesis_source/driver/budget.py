@@ -103,14 +103,11 @@ class CallBudget:
         """Book an executor read's first calls on ``key`` (a ``GetShardIterator`` too when it
         has no iterator handed over) at the first time they fit; returns that time and the
         bookings by operation (for :meth:`settle`)."""
-        at = self.free_at(key, GET_RECORDS, now=now)
-        booked: dict[str, list[float]] = {GET_RECORDS: [at]}
-        if needs_iterator:
-            at = max(at, self.free_at(key, GET_SHARD_ITERATOR, now=now))
-            self.spend(key, GET_SHARD_ITERATOR, now=at)
-            booked = {GET_RECORDS: [at], GET_SHARD_ITERATOR: [at]}
-        self.spend(key, GET_RECORDS, now=at)
-        return at, booked
+        ops = [GET_RECORDS, GET_SHARD_ITERATOR] if needs_iterator else [GET_RECORDS]
+        at = max(self.free_at(key, op, now=now) for op in ops)
+        for op in ops:
+            self.spend(key, op, now=at)
+        return at, {op: [at] for op in ops}
 
     def settle(self, key: Hashable, op: str, booked: list[float], actual: list[float]) -> None:
         """Replace an executor read's booked calls of ``op`` on ``key`` with the times it

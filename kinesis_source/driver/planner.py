@@ -147,7 +147,7 @@ class Planner:
             except OSError as exc:
                 log.warning("cannot listen for executors' tip reports on %s (%s): the driver probes "
                             "every shard itself; set tipReportHost, or tipReports=false",
-                            self._opts.tip_report_host or default_host(), exc)
+                            self._listener.host, exc)
                 self._opts = dataclasses.replace(self._opts, tip_reports=False)
                 return None
         return self._listener.address
@@ -382,6 +382,7 @@ class Planner:
             "budgetWaitS": round(k.waited_s, 3) if isinstance(k, PacedKinesis) else 0.0,
             "executorReadsBooked": self._booked,
             "tipReports": self._tips.reports if self._tips else 0,
+            "tipReportsRefused": self._listener.refused if self._listener else 0,
             "shards": self._last.lag if self._last is not None else self._lag,
         }
 

@@ -33,21 +33,20 @@ class TipListener:
     """A TCP listener that hands each valid message's tips to ``on_tips``."""
 
     def __init__(self, host: str, on_tips: Callable[[list[TipReport]], None]) -> None:
-        self._host = host
+        self.host = host
         self._on_tips = on_tips
         self._token = secrets.token_urlsafe(24)
         self._server: asyncio.AbstractServer | None = None
         self.address: ReportAddress | None = None
-        self.received = 0  # tips applied
         self.refused = 0  # messages dropped
 
     async def start(self) -> ReportAddress:
         """Listen on a free port of the host; the address executors are to send to."""
         if self.address is None:
-            self._server = await asyncio.start_server(self._handle, self._host, 0, limit=MAX_MESSAGE_BYTES)
+            self._server = await asyncio.start_server(self._handle, self.host, 0, limit=MAX_MESSAGE_BYTES)
             port = self._server.sockets[0].getsockname()[1]
-            self.address = ReportAddress(self._host, port, self._token)
-            log.info("listening for executors' tip reports on %s:%d", self._host, port)
+            self.address = ReportAddress(self.host, port, self._token)
+            log.info("listening for executors' tip reports on %s:%d", self.host, port)
         return self.address
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -57,7 +56,6 @@ class TipListener:
             if not hmac.compare_digest(token.encode(), self._token.encode()):
                 raise ValueError("wrong token")
             self._on_tips(tips)
-            self.received += len(tips)
             writer.write(b"ok\n")
             await writer.drain()
         except (ValueError, asyncio.TimeoutError, asyncio.LimitOverrunError, ConnectionError) as exc:

@@ -312,13 +312,11 @@ class TipTable:
                     continue  # replaced, rescheduled or being probed: a stale row
                 if entry.ended or entry.gone:
                     continue
-                if entry.held:
-                    entry.due = now + self._active_s
-                    heapq.heappush(self._due, (entry.due, next(self._order), key, entry))
-                    continue
-                if entry.reading_until > now:
-                    entry.due = entry.reading_until  # an executor's report is due first
-                    heapq.heappush(self._due, (entry.due, next(self._order), key, entry))
+                # Records waiting for the read budget, or an executor's report due first.
+                wait = now + self._active_s if entry.held else entry.reading_until
+                if wait > now:
+                    entry.due = wait
+                    heapq.heappush(self._due, (wait, next(self._order), key, entry))
                     continue
                 free = self._budget.free_at(key, GET_RECORDS, reserve, now)
                 if free > now:

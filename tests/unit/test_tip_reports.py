@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from kinesis_source.driver.planner import plan_ranges
 from kinesis_source.driver.reports import TipListener
 from kinesis_source.executor import report as sender
 from kinesis_source.positions import Position, ShardId
@@ -84,18 +85,22 @@ def test_an_unreachable_driver_costs_one_attempt_per_pause(monkeypatch):
     assert len(tries) == 1
 
 
+def reporting_planner(fake, **options):
+    """A planner that probes often, within budgets that never hold a read back, listening for
+    reports on 127.0.0.1."""
+    return planner_on(fake, **{"minProbeIntervalMs": "20", "maxIdleProbeIntervalMs": "40",
+                               "getRecordsPerShardPerSecond": "5", "getShardIteratorPerShardPerSecond": "5",
+                               "tipReportHost": "127.0.0.1", **options})
+
+
 def test_the_driver_does_not_probe_a_shard_being_read_and_answers_from_its_report():
     recs = log_of(40)
     fake = TimedFake({"a": FakeShard(recs[:10])})
-    planner = planner_on(fake, minProbeIntervalMs="20", maxIdleProbeIntervalMs="40",
-                         getRecordsPerShardPerSecond="5", getShardIteratorPerShardPerSecond="5",
-                         tipReportHost="127.0.0.1")
+    planner = reporting_planner(fake)
     try:
         start = trim_horizon(A)
         end = planner.latest_offset(start)
         assert end.shards[A] == Position.after(recs[9][0])
-        from kinesis_source.driver.planner import plan_ranges
-
         _, address = planner.hand_over(plan_ranges(start, end))
         assert address is not None and address.host == "127.0.0.1"
         reads = len(fake.reads)
@@ -146,13 +151,9 @@ def test_a_report_that_never_comes_costs_a_probe_at_the_next_answer_not_a_stall(
     """An executor that cannot reach the driver sends nothing; once Spark asks for the next end
     (the batch is over), the shard is probed at once instead of waiting for the report's
     deadline, so its new records reach the next batch."""
-    from kinesis_source.driver.planner import plan_ranges
-
     recs = log_of(20)
     fake = TimedFake({"a": FakeShard(recs[:10])})
-    planner = planner_on(fake, minProbeIntervalMs="20", maxIdleProbeIntervalMs="40",
-                         getRecordsPerShardPerSecond="5", getShardIteratorPerShardPerSecond="5",
-                         tipReportHost="127.0.0.1")
+    planner = reporting_planner(fake)
     try:
         start = trim_horizon(A)
         end = planner.latest_offset(start)
@@ -167,7 +168,6 @@ def test_a_report_that_never_comes_costs_a_probe_at_the_next_answer_not_a_stall(
 
 def test_the_reported_call_times_replace_the_reads_booking_in_the_ledger():
     from kinesis_source.driver.budget import GET_RECORDS
-    from kinesis_source.driver.planner import plan_ranges
     from kinesis_source.executor.polling import RangeReader
 
     recs = log_of(20)
