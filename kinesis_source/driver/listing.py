@@ -48,6 +48,10 @@ class ShardListing:
             self._listed_at = time.monotonic()
         return self.shards
 
+    def current(self) -> dict[str, list[ShardInfo]] | None:
+        """The listing, or None when :meth:`get` would list now (stale, or never listed)."""
+        return None if self._stale or not self.shards else self.shards
+
     async def discover(self) -> None:
         """List every ``shardDiscoveryIntervalMs``, off the batch path (until cancelled)."""
         interval = max(self._opts.shard_discovery_interval_ms / 1000, MIN_DISCOVERY_INTERVAL_S)

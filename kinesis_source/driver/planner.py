@@ -232,7 +232,25 @@ class Planner:
 
         Returns ``start`` itself when nothing new is known, so idle streams run no batches.
         """
+        end = self._loop.call(lambda: self._patched(start, max_records))
+        if end is not None:
+            return end
         return self._loop.run(self._probe(start, max_records))
+
+    def _patched(self, start: Offset, max_records: int | None) -> Offset | None:
+        """The end derived from the last answer (``driver/answers.py``), computed on the loop
+        without waiting for anything; None when only the full computation can answer."""
+        listing = self._listing.current()
+        if max_records is not None or self._target is not None or self._last is None or self._tips is None:
+            return None
+        if listing is None:
+            return None
+        self._tips.batch_over()
+        self._tips.raise_error()
+        end = self._last.patch(start, listing, self._tips, self._held)
+        if end is not None:
+            self.probes += 1
+        return end
 
     def prepare_available_now(self) -> Target:
         """Fix the target of a ``Trigger.AvailableNow`` run: every open shard's newest record
@@ -254,14 +272,7 @@ class Planner:
         listing = await self._listing.get()
         if self._tips is not None:
             self._tips.batch_over()
-        if max_records is None and self._target is None and self._last is not None:
-            tips = self._tip_table()
-            tips.raise_error()
-            end = self._last.patch(start, listing, tips, self._held)
-            if end is not None:
-                self.probes += 1
-                return end
-        self._last = None
+        self._last = None  # (its patch was tried first, and it took the table's changes)
         positions = dict(start.shards)
         for sid in gone_shards(listing, start.shards):
             report_shard_gone(sid.stream, sid.shard, start.shards[sid], self._opts.fail_on_data_loss)

@@ -8,6 +8,7 @@ on one asyncio loop in a daemon thread, and each synchronous call waits for its 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
@@ -37,11 +38,31 @@ class LoopThread:
 
     def run(self, coro: Awaitable[T]) -> T:
         """Run ``coro`` on the loop and wait for its result (or its exception)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._started()).result()  # type: ignore[arg-type]
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the loop and wait for its result (or its exception).
+
+        A plain function runs as one callback, in the loop's next iteration; a coroutine would
+        wait for several (its task's steps), each behind whatever else is ready by then, which
+        on a loop busy with a thousand probes is most of an answer's time."""
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def step() -> None:
+            try:
+                done.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                done.set_exception(exc)
+
+        self._started().call_soon_threadsafe(step)
+        return done.result()
+
+    def _started(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
             self._thread = threading.Thread(target=self._loop.run_forever, name=self._name, daemon=True)
             self._thread.start()
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+        return self._loop
 
     def spawn(self, coro: Coroutine[Any, Any, Any], on_error: Callable[[BaseException], None]) -> None:
         """Start ``coro`` as a background task (call from the loop); ``on_error`` gets what

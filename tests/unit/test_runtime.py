@@ -37,3 +37,31 @@ def test_close_stops_a_background_task_that_swallowed_one_cancellation():
     worker.join(timeout=20)
     assert not worker.is_alive(), "close() hung on a task that swallowed a cancellation"
     assert closed.is_set() and len(cancels) == 2
+
+
+def test_call_runs_a_function_on_the_loop_thread_and_hands_back_its_result_or_error():
+    """``call`` is how ``latestOffset`` answers without a task: the function must run on the
+    loop's thread (where the tip table lives), its value and its exception reach the caller."""
+    loop = LoopThread("test-loop")
+
+    async def loop_thread() -> threading.Thread:
+        return threading.current_thread()
+
+    def boom() -> None:
+        raise ValueError("from the loop")
+
+    try:
+        on_loop = loop.run(loop_thread())
+        assert loop.call(threading.current_thread) is on_loop is not threading.current_thread()
+        try:
+            loop.call(boom)
+        except ValueError as exc:
+            assert str(exc) == "from the loop"
+        else:
+            raise AssertionError("the function's exception did not reach the caller")
+    finally:
+
+        async def nothing() -> None:
+            pass
+
+        loop.close(nothing)
