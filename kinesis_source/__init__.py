@@ -24,14 +24,21 @@ def register(spark: Any, on_commit: Callable[..., Any] | None = None) -> None:
     """
     from kinesis_source.source import KinesisDataSource
 
-    if on_commit is None:
-        spark.dataSource.register(KinesisDataSource)
-        return
+    # A class made here is pickled by value (cloudpickle), carrying what it holds with it: the
+    # callback, and the cluster's parallelism (the helper that plans batches has no session).
+    callback = staticmethod(on_commit) if on_commit is not None else None
+    parallelism = _parallelism(spark)
 
-    # A class made here is pickled by value (cloudpickle), carrying the callback with it.
-    callback = on_commit
+    class KinesisDataSourceRegistered(KinesisDataSource):
+        commit_callback = callback
+        cluster_parallelism = parallelism
 
-    class KinesisDataSourceWithCallback(KinesisDataSource):
-        commit_callback = staticmethod(callback)
+    spark.dataSource.register(KinesisDataSourceRegistered)
 
-    spark.dataSource.register(KinesisDataSourceWithCallback)
+
+def _parallelism(spark: Any) -> int | None:
+    """The session's ``defaultParallelism``; None where it has no SparkContext (Connect)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # noqa: BLE001 - Spark Connect sessions raise on sparkContext
+        return None

@@ -16,7 +16,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from kinesis_source.aws.clients import AwsSettings
-from kinesis_source.executor import RangePartition, read_partition
+from kinesis_source.executor import RangePartition, ShardRead, read_partition
 from kinesis_source.executor.arrow import SCHEMA_DDL
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import Offset
@@ -47,8 +47,9 @@ FORMAT_NAME = "kinesis-ddb"
 class KinesisDataSource(DataSource):
     """``spark.readStream.format("kinesis-ddb")``: a Kinesis stream read in exact ranges."""
 
-    # Set on a subclass by ``register(spark, on_commit=fn)``; travels pickled with the class.
+    # Set on a subclass by ``register(spark, ...)``; they travel pickled with the class.
     commit_callback: Any = None
+    cluster_parallelism: int | None = None  # the session's defaultParallelism (shardsPerTask)
 
     @classmethod
     def name(cls) -> str:
@@ -63,8 +64,10 @@ class KinesisDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> KinesisStreamReader:
         """A planning/reading object; options are validated here, so errors come early."""
-        callback = type(self).commit_callback
-        return KinesisStreamReader(SourceOptions.parse(dict(self.options)), callback)
+        cls = type(self)
+        return KinesisStreamReader(
+            SourceOptions.parse(dict(self.options)), cls.commit_callback, parallelism=cls.cluster_parallelism
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -74,11 +77,17 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
     """Plans exact ranges on the driver, replays them on executors."""
 
     def __init__(
-        self, opts: SourceOptions, callback: Any = None, planner: Planner | None = None
+        self,
+        opts: SourceOptions,
+        callback: Any = None,
+        planner: Planner | None = None,
+        parallelism: int | None = None,
     ) -> None:
-        """``planner``: one to use instead of one made on the first driver call (tests)."""
+        """``planner``: one to use instead of one made on the first driver call (tests);
+        ``parallelism``: the cluster's, if known (how many shards a task reads by default)."""
         self._opts = opts
         self._callback = callback
+        self._parallelism = parallelism
         # Made on first driver call: the reader is pickled right after __init__.
         self._planner: Planner | None = planner
         self._checkpointer: Checkpointer | None = None
@@ -218,8 +227,9 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         return stats
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
-        """One partition per shard range that holds records."""
+        """The shard ranges that hold records, grouped into tasks (``shardsPerTask``)."""
         from kinesis_source.driver.planner import plan_ranges
+        from kinesis_source.driver.tasks import group, shards_per_task
 
         settings = AwsSettings.for_kinesis(self._opts)
         self._known_end = self._offset(end)
@@ -233,18 +243,12 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
             arns = self._consumers.arns()
         hashes = self.planner.hash_ranges() if ranges else {}
         booked, report_to = self.planner.hand_over(ranges) if ranges else ({}, None)
-        return [
-            RangePartition.of(
-                r,
-                settings,
-                self._opts,
-                arns.get(r.stream),
-                hashes.get(r.shard),
-                *booked.get(r.shard, (None, 0.0)),
-                report_to,
-            )
+        reads = [
+            ShardRead(r, arns.get(r.stream), hashes.get(r.shard), *booked.get(r.shard, (None, 0.0)))
             for r in ranges
         ]
+        per_task = shards_per_task(len(reads), self._opts.shards_per_task, self._parallelism)
+        return [RangePartition.of(task, settings, self._opts, report_to) for task in group(reads, per_task)]
 
     def read(self, partition: RangePartition) -> Iterator[Any]:  # type: ignore[override]
         """Replay one range in order as Arrow batches (runs on an executor)."""

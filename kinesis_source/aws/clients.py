@@ -27,6 +27,7 @@ _CONNECT_TIMEOUT_S = 10
 _READ_TIMEOUT_S = 30
 # Async probes fan out over all shards at once; aiohttp's default pool of 10 would queue them.
 _ASYNC_POOL = 64
+_SYNC_POOL = 16
 
 
 def error_code(exc: BaseException) -> str | None:
@@ -106,6 +107,8 @@ class AwsSettings:
             connect_timeout=_CONNECT_TIMEOUT_S,
             read_timeout=_READ_TIMEOUT_S,
             parameter_validation=False,
+            # A task reads its shards on up to this many threads, over one shared client.
+            max_pool_connections=_SYNC_POOL,
         )
 
     def _client_kwargs(self) -> dict[str, Any]:

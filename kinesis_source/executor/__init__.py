@@ -8,35 +8,56 @@ an executor needs only what its partition carries.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 
 from kinesis_source.aws.clients import shared_client
 from kinesis_source.executor.arrow import to_record_batch, user_records
 from kinesis_source.executor.fanout import SubscribeRangeReader
-from kinesis_source.executor.partition import RangePartition
+from kinesis_source.executor.interleave import interleave
+from kinesis_source.executor.partition import RangePartition, ShardRead
 from kinesis_source.executor.polling import RangeReader
 from kinesis_source.executor.report import send_reports
 
-__all__ = ["RangePartition", "read_partition"]
+__all__ = ["RangePartition", "ShardRead", "read_partition"]
+
+# Shards of one task read at once (each mostly waits: for Kinesis, and for its call budget).
+READ_THREADS = 16
+# Arrow batches waiting to be yielded, per reading thread: bounds a task's memory.
+QUEUED_PER_THREAD = 2
+
+Reader = RangeReader | SubscribeRangeReader
 
 
 def read_partition(partition: RangePartition) -> Iterator[pa.RecordBatch]:
-    """Replay one planned range in order as Arrow batches."""
-    rng = partition.range
+    """Replay a task's planned ranges, each in order, as Arrow batches; then report to the
+    driver what the reads saw past their ends."""
     client = shared_client(partition.settings, "kinesis")
-    reader: RangeReader | SubscribeRangeReader
-    if partition.consumer_arn is not None:
-        reader = SubscribeRangeReader(client, partition.consumer_arn, rng, partition.fail_on_data_loss)
+    readers = [_reader(client, partition, read) for read in partition.reads]
+    shards = [_batches(partition, read, reader) for read, reader in zip(partition.reads, readers, strict=True)]
+    if len(shards) == 1:
+        yield from shards[0]
     else:
-        reader = RangeReader(
-            client, rng, partition.page_limit, partition.fail_on_data_loss, partition.opener,
-            partition.page_interval_s, partition.not_before,
-        )
+        threads = min(READ_THREADS, len(shards))
+        yield from interleave(shards, threads, threads * QUEUED_PER_THREAD)
+    tips = [tip for reader in readers if (tip := reader.tip_report()) is not None]
+    if partition.report_to is not None and tips:
+        send_reports(partition.report_to, tips)
+
+
+def _reader(client: Any, partition: RangePartition, read: ShardRead) -> Reader:
+    if read.consumer_arn is not None:
+        return SubscribeRangeReader(client, read.consumer_arn, read.range, partition.fail_on_data_loss)
+    return RangeReader(
+        client, read.range, partition.page_limit, partition.fail_on_data_loss, read.opener,
+        partition.page_interval_s, read.not_before,
+    )
+
+
+def _batches(partition: RangePartition, read: ShardRead, reader: Reader) -> Iterator[pa.RecordBatch]:
+    rng = read.range
     for records in reader.pages():
-        users = user_records(records, rng, partition.on_corrupt, partition.hash_range)
+        users = user_records(records, rng, partition.on_corrupt, read.hash_range)
         if users:
             yield to_record_batch(rng.stream, rng.shard_id, users)
-    tip = reader.tip_report()
-    if partition.report_to is not None and tip is not None:
-        send_reports(partition.report_to, [tip])

@@ -1,4 +1,4 @@
-"""What crosses the pickling boundary to an executor: one exact range and how to read it."""
+"""What crosses the pickling boundary to an executor: a task's exact ranges and how to read them."""
 
 from __future__ import annotations
 
@@ -13,52 +13,65 @@ from kinesis_source.tip_reports import ReportAddress
 
 
 @dataclass(frozen=True, repr=False)
-class RangePartition(InputPartition):
-    """One exact shard range plus what an executor needs to read it; immutable, so a retried
-    task reads exactly what was planned."""
+class ShardRead:
+    """One exact shard range of a task and what planning found for reading it."""
 
     range: ShardRange
-    settings: AwsSettings
-    page_limit: int
-    on_corrupt: str
-    fail_on_data_loss: bool
     consumer_arn: str | None = None  # set: read by enhanced fan-out subscription
     # the shard's hash keys: user records of KPL aggregates outside are dropped (None: keep all)
     hash_range: tuple[int, int] | None = None
     # (iterator, first sequence number): an iterator the driver's probe read from at the
     # range's start, and the record it found first there; used if that record comes first again
     opener: tuple[str, str | None] | None = None
-    page_interval_s: float = 0.0  # least time between two GetRecords of this shard (the budget)
     not_before: float = 0.0  # epoch seconds: the driver booked the first call for then
-    report_to: ReportAddress | None = None  # the driver's listener for what the read saw past the end
+
+    def __repr__(self) -> str:
+        # The opener's iterator is a credential-like token for the shard: kept out of logs.
+        return f"ShardRead({self.range})"
+
+
+@dataclass(frozen=True, repr=False)
+class RangePartition(InputPartition):
+    """One task's exact shard ranges (one or more shards, each read in order) plus what an
+    executor needs to read them; immutable, so a retried task reads exactly what was planned."""
+
+    reads: tuple[ShardRead, ...]
+    settings: AwsSettings
+    page_limit: int
+    on_corrupt: str
+    fail_on_data_loss: bool
+    page_interval_s: float = 0.0  # least time between two GetRecords of one shard (the budget)
+    report_to: ReportAddress | None = None  # the driver's listener for what the reads saw past the ends
 
     @staticmethod
     def of(
-        rng: ShardRange,
+        reads: ShardRange | ShardRead | tuple[ShardRead, ...],
         settings: AwsSettings,
         opts: SourceOptions,
-        consumer_arn: str | None = None,
-        hash_range: tuple[int, int] | None = None,
-        opener: tuple[str, str | None] | None = None,
-        not_before: float = 0.0,
         report_to: ReportAddress | None = None,
     ) -> RangePartition:
-        """The partition of ``rng`` under the query's options."""
+        """The partition reading ``reads`` (a bare range: one shard, nothing planned for it)
+        under the query's options."""
+        if isinstance(reads, ShardRange):
+            reads = ShardRead(reads)
+        if isinstance(reads, ShardRead):
+            reads = (reads,)
         return RangePartition(
-            rng,
+            reads,
             settings,
             opts.max_records_per_fetch,
             opts.on_corrupt_aggregate,
             opts.fail_on_data_loss,
-            consumer_arn,
-            hash_range,
-            opener,
             # executors get half of the shard's GetRecords budget (the driver's probes the rest)
             2.0 / opts.get_records_per_shard_per_second,
-            not_before,
             report_to,
         )
 
+    @property
+    def ranges(self) -> list[ShardRange]:
+        """The task's ranges, in the order planned."""
+        return [read.range for read in self.reads]
+
     def __repr__(self) -> str:
         # A generated repr would list the settings, which hold secrets.
-        return f"RangePartition({self.range})"
+        return f"RangePartition({', '.join(str(r) for r in self.ranges)})"

@@ -83,6 +83,10 @@ def _claim_worker_kill() -> bool:
     return True
 
 
+def _ranges(partition: Any) -> str:
+    return ";".join(str(r).replace(" ", "") for r in partition.ranges)
+
+
 def _log_read(partition: Any, **fields: Any) -> None:
     d = _dir()
     if not d:
@@ -90,20 +94,22 @@ def _log_read(partition: Any, **fields: Any) -> None:
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    rng = partition.range
-    entry = {
-        "pid": os.getpid(),
-        "stream": rng.stream,
-        "shard": rng.shard_id,
-        "start": rng.start.to_str(),
-        "end_seq": rng.end_seq,
-        "attempt": ctx.attemptNumber() if ctx else None,
-        "stage": ctx.stageId() if ctx else None,
-        "partition": ctx.partitionId() if ctx else None,
-        **fields,
-    }
+    lines = []
+    for rng in partition.ranges:  # a task reads one or more shards
+        entry = {
+            "pid": os.getpid(),
+            "stream": rng.stream,
+            "shard": rng.shard_id,
+            "start": rng.start.to_str(),
+            "end_seq": rng.end_seq,
+            "attempt": ctx.attemptNumber() if ctx else None,
+            "stage": ctx.stageId() if ctx else None,
+            "partition": ctx.partitionId() if ctx else None,
+            **fields,
+        }
+        lines.append(json.dumps(entry) + "\n")
     with open(os.path.join(d, f"{_run()}.reads.jsonl"), "a") as fh:
-        fh.write(json.dumps(entry) + "\n")
+        fh.write("".join(lines))
 
 
 class ChaosReader(KinesisStreamReader):
@@ -132,7 +138,7 @@ class ChaosReader(KinesisStreamReader):
         return parts
 
     def read(self, partition: Any) -> Iterator[Any]:
-        note("reading", "enter", str(partition.range).replace(" ", ""))
+        note("reading", "enter", _ranges(partition))
         kill = _claim_worker_kill()
         _log_read(partition, kill=kill)
         first = True
@@ -142,7 +148,7 @@ class ChaosReader(KinesisStreamReader):
                 first = False
                 pause_point("reading")
                 if kill:
-                    note("reading", "worker-killed", str(partition.range).replace(" ", ""))
+                    note("reading", "worker-killed", _ranges(partition))
                     os.kill(os.getpid(), signal.SIGKILL)
         note("reading", "exit")
 

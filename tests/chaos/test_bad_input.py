@@ -29,6 +29,7 @@ BAD_VALUES: dict[str, list[str]] = {
                         '{"shardId-000000000000": 5}', '{"shardId-000000000000": "nonsense"}'],
     "maxRecordsPerFetch": ["abc", "1.5", "0", "-1", "10001"],
     "maxRecordsPerBatch": ["abc", "0", "-1", "2.5"],
+    "shardsPerTask": ["abc", "0", "-3", "1.5"],
     "minProbeIntervalMs": ["abc", "-1", "1e3"],
     "maxIdleProbeIntervalMs": ["abc", "-1", "2.5"],
     "getRecordsPerShardPerSecond": ["abc", "0", "-1", "5.5", "nan"],

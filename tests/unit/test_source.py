@@ -5,9 +5,10 @@ from __future__ import annotations
 import kinesis_source.executor as executor
 from kinesis_source import source
 from kinesis_source.aws.clients import AwsSettings
-from kinesis_source.executor import RangePartition
+from kinesis_source.executor import RangePartition, ShardRead
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import Offset, Position, ShardId, ShardRange
+from kinesis_source.tip_reports import ReportAddress
 from tests.support.aggregates import aggregate
 from tests.unit.fake_kinesis import FakeKinesis, FakeShard, log_of
 from tests.unit.test_planner import planner_on
@@ -23,7 +24,7 @@ def test_partitions_carry_their_shards_hash_range_to_the_executor():
         start = Offset({a: Position.trim_horizon(), b: Position.trim_horizon()})
         end = Offset({a: Position.after("5"), b: Position.after("7"), gone: Position.after("1")})
         parts = reader.partitions(start.to_dict(), end.to_dict())
-        assert {(p.range.shard_id, p.hash_range) for p in parts} == {
+        assert {(r.range.shard_id, r.hash_range) for p in parts for r in p.reads} == {
             ("a", (0, 99)),
             ("b", None),
             ("gone", None),  # not listed: its range is unknown, nothing is dropped
@@ -43,10 +44,46 @@ def test_read_drops_the_user_records_outside_the_partitions_hash_range(monkeypat
 
     def rows(hash_range):
         settings = AwsSettings.for_kinesis(opts)
-        partition = RangePartition.of(rng, settings, opts, None, hash_range)
+        partition = RangePartition.of(ShardRead(rng, hash_range=hash_range), settings, opts)
         batches = reader.read(partition)
         return [(r["data"], r["subSequenceNumber"]) for b in batches for r in b.to_pylist()]
 
     plain = f"d{recs[1][0]}".encode()  # the plain record's key hashes wherever: never filtered
     assert rows((0, 99)) == [(b"in", 0), (b"in-too", 2), (plain, 0)]
     assert rows(None) == [(b"in", 0), (b"out", 1), (b"in-too", 2), (plain, 0)]
+
+
+def test_partitions_group_shards_into_tasks_each_range_once():
+    names = [f"s{i:02d}" for i in range(10)]
+    fake = FakeKinesis({n: FakeShard() for n in names})
+    planner = planner_on(fake)
+    try:
+        start = Offset({ShardId("s", n): Position.trim_horizon() for n in names})
+        end = Offset({ShardId("s", n): Position.after(str(i + 1)) for i, n in enumerate(names)})
+        cases = [({}, 2, 4), ({}, 100, 10), ({"shardsPerTask": "1"}, 2, 10), ({"shardsPerTask": "4"}, 100, 3)]
+        for extra, parallelism, tasks in cases:
+            opts = SourceOptions.parse({"streamName": "s", "applicationName": "app", "region": "us-east-1", **extra})
+            reader = source.KinesisStreamReader(opts, planner=planner, parallelism=parallelism)
+            parts = reader.partitions(start.to_dict(), end.to_dict())
+            assert len(parts) == tasks, (extra, parallelism)
+            assert sorted(r.shard_id for p in parts for r in p.ranges) == names
+    finally:
+        planner.close()
+
+
+def test_a_task_of_several_shards_reads_each_in_order_and_reports_all_tips_at_once(monkeypatch):
+    recs = log_of(40)
+    shards = {n: FakeShard(recs[i::4]) for i, n in enumerate("abcd")}
+    fake = FakeKinesis(shards)
+    monkeypatch.setattr(executor, "shared_client", lambda settings, service: fake)
+    sent = []
+    monkeypatch.setattr(executor, "send_reports", lambda address, tips: sent.append(tips) or True)
+    opts = SourceOptions.parse({"streamName": "s", "applicationName": "app", "region": "us-east-1",
+                                "maxRecordsPerFetch": "3"})
+    reads = tuple(ShardRead(ShardRange("s", n, Position.trim_horizon(), sh.records[-2][0]))
+                  for n, sh in shards.items())
+    partition = RangePartition.of(reads, AwsSettings.for_kinesis(opts), opts, ReportAddress("127.0.0.1", 1, "t"))
+    rows = [r for b in source.KinesisStreamReader(opts).read(partition) for r in b.to_pylist()]
+    for n, sh in shards.items():
+        assert [r["sequenceNumber"] for r in rows if r["shardId"] == n] == [s for s, _ in sh.records[:-1]]
+    assert len(sent) == 1 and sorted(t.shard.shard for t in sent[0]) == list("abcd")
