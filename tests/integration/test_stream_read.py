@@ -66,6 +66,46 @@ def test_multi_shard_stream_every_record_once_in_order(
         stop_quietly(query)
 
 
+def test_shards_grouped_into_tasks_every_record_once_each_shard_in_order(
+    spark, kinesis, make_stream, source_options, tmp_path
+):
+    """``shardsPerTask=3`` over 4 shards: each batch's ranges are read by ceil(ranges / 3) tasks
+    (seen as Spark partitions), a task reads its shards at once, and still every record arrives
+    once, each shard's in order."""
+    from pyspark.sql.functions import spark_partition_id
+
+    from tests.support.spark_query import Row, start_triggered
+
+    stream = make_stream(4)
+    producer = Producer(kinesis, stream)
+    producer.put(400)
+    seen: list[tuple[int, int, Row]] = []
+
+    def sink(df, batch_id):
+        for r in df.withColumn("task", spark_partition_id()).collect():
+            row = Row(r["shardId"], r["sequenceNumber"], bytes(r["data"]), r["streamName"])
+            seen.append((batch_id, r["task"], row))
+
+    options = {**source_options, "streamName": stream, "shardsPerTask": "3"}
+    query = start_triggered(spark, options, tmp_path / "ck", sink, processingTime="200 milliseconds")
+    try:
+        for _ in range(3):
+            wait_for(lambda: len(seen) >= len(producer.sent), timeout=90, what="round read")
+            producer.put(200, burst=50)
+        wait_for(lambda: len(seen) >= 1000, timeout=90, what="1,000 rows")
+        assert_exactly_once_in_order([row for _, _, row in seen], producer.sent)
+        by_batch: dict[int, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+        for batch, task, row in seen:
+            by_batch[batch][task].add(row.shard_id)
+        for batch, tasks in by_batch.items():
+            shards = set().union(*tasks.values())
+            assert len(tasks) == -(-len(shards) // 3), f"batch {batch}: {dict(tasks)}"
+            assert sum(map(len, tasks.values())) == len(shards), "a shard read by two tasks"
+        assert any(len(s) > 1 for tasks in by_batch.values() for s in tasks.values()), "no task read two shards"
+    finally:
+        stop_quietly(query)
+
+
 def test_replayed_batch_reads_exactly_the_same_rows(
     spark, kinesis, make_stream, source_options, tmp_path
 ):
