@@ -39,6 +39,7 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             add("latestOffset time, 1,000 / 10 shards", "<= 3x", max(new, idle),
                 f"{new:.1f}x with new data, {idle:.1f}x idle", max(new, idle) <= 3.0)
     _quota_targets(add, res.get("quota"))
+    _tasks_targets(add, res.get("tasks"))
     commits = {r["shards"]: r for r in res.get("commit", [])}
     if 1000 in commits:
         c = commits[1000]
@@ -94,6 +95,22 @@ def _quota_targets(add: Any, quota: dict[str, Any] | None) -> None:
             max(idle) <= 6.0)
 
 
+def _tasks_targets(add: Any, tasks: dict[str, Any] | None) -> None:
+    """Issue 17's batch at scale: the 1,000/10-shard batch time ratio, latestOffset at 1,000."""
+    if not tasks:
+        return
+    latency = f"{tasks['latency_seconds'] * 1000:.0f} ms latency"
+    if "ratio_1000_over_10" in tasks:
+        ratio = tasks["ratio_1000_over_10"]
+        add(f"batch time, 1,000 shards (10% active) / 10 shards, {latency}", "<= 2x", ratio,
+            f"{ratio:.2f}x", ratio <= 2.0)
+    for r in tasks["runs"]:
+        if r["shards"] >= 1000 and r["shards_per_task"] is None:
+            p50 = r["latest_offset_seconds"]["median"] * 1000
+            add(f"latestOffset p50 at {r['shards']:,} shards, quota server, {latency}", "<= 50 ms", p50,
+                f"{p50:.0f} ms", p50 <= 50.0)
+
+
 def _run_label(r: dict[str, Any]) -> str:
     return f"{r['shards']:,} shards" + ("" if r["setting"] == "spark" else ", driver alone")
 
@@ -128,7 +145,7 @@ def _s(s: dict[str, Any], digits: int = 0, scale: float = 1.0) -> str:
     return f"{s['median'] * scale:,.{digits}f} ({s['spread'] * scale:,.{digits}f})"
 
 
-SUITES = ("read_path", "kpl", "commit", "planning", "memory", "e2e", "e2e_canned", "overhead", "quota")
+SUITES = ("read_path", "kpl", "commit", "planning", "memory", "e2e", "e2e_canned", "overhead", "quota", "tasks")
 _RUN_KEYS = ("command", "date", "quick", "machine", "results_file")
 
 
@@ -202,7 +219,7 @@ def render(res: dict[str, Any]) -> str:
         lines.append(f"| {t['target']} | {t['goal']} | {t['shown']} | "
                      f"{'pass' if t['pass'] else '**fail**'} |")
     lines += _read_path(res) + _kpl(res) + _e2e(res) + _planning(res) + _commit(res)
-    lines += _overhead(res) + _memory(res) + _quota(res) + ["", END]
+    lines += _overhead(res) + _memory(res) + _quota(res) + _tasks(res) + ["", END]
     return "\n".join(lines)
 
 
@@ -376,6 +393,30 @@ def _quota(res: dict[str, Any]) -> list[str]:
             out += ["", f"The Spark run at {r['shards']:,} shards was abandoned on this machine "
                     f"({r['spark_abandoned']}); the row is the driver alone, `Planner` driven as "
                     "Spark drives it, its executor reads booked but not made."]
+    return out
+
+
+def _tasks(res: dict[str, Any]) -> list[str]:
+    t = res.get("tasks")
+    if not t:
+        return []
+    out = ["", f"### 8. Batches at scale (quota-enforcing proxy in front of moto, "
+           f"{t['latency_seconds'] * 1000:.0f} ms per request; {t['rate']:g} records/s per active shard)", "",
+           f"Batches with records over {t['measure_seconds']:.0f} s after the first; tasks per batch as "
+           "`shardsPerTask` plans them for the batch's ranges.", "",
+           "| shards | active | shardsPerTask | batches | batch time, median (max) | addBatch (the reads) | "
+           "latestOffset, median (max) | ranges per batch | tasks per batch |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in t["runs"]:
+        b, a, lo = r["batch_seconds"], r["add_batch_seconds"], r["latest_offset_seconds"]
+        ranges = r["ranges_per_batch"]["median"] if r["ranges_per_batch"] else 0
+        out.append(
+            f"| {r['shards']:,} | {r['active']:,} | {r['shards_per_task'] or 'default'} | {r['batches']} | "
+            f"{b['median'] * 1000:.0f} ({b['max'] * 1000:.0f}) ms | {a['median'] * 1000:.0f} ms | "
+            f"{lo['median'] * 1000:.0f} ({lo['max'] * 1000:.0f}) ms | {ranges:.0f} | {r['tasks_per_batch']:.0f} |"
+        )
+    if "ratio_1000_over_10" in t:
+        out += ["", f"1,000 / 10 shards (grouped): {t['ratio_1000_over_10']:.2f}x the batch time."]
     return out
 
 
