@@ -85,6 +85,12 @@ def measure(spark: Any, url: str, shards: int, active: int, per_task: int | None
         "batch_seconds": summary(p["durationMs"]["triggerExecution"] / 1000 for p in window),
         "add_batch_seconds": summary(p["durationMs"].get("addBatch", 0) / 1000 for p in window),
         "latest_offset_seconds": summary(p["durationMs"].get("latestOffset", 0) / 1000 for p in window),
+        # the planner's own answer (Spark's latestOffset adds the DynamoDB commit beside it)
+        "answer_seconds": summary(_report(p).get("lastAnswerMs", 0) / 1000 for p in window),
+        "phase_seconds": {
+            phase: statistics.median(p["durationMs"].get(phase, 0) / 1000 for p in window)
+            for phase in window[0]["durationMs"]
+        } if window else {},
         "ranges_per_batch": summary(ranges) if ranges else None,
         "tasks_per_batch": tasks_planned,
     }
@@ -137,11 +143,13 @@ def _print(r: dict[str, Any]) -> None:
         f"  tasks {r['shards']:>5} shards ({r['active']} active, shardsPerTask "
         f"{r['shards_per_task'] or 'default'}): {r['batches']} batches, batch "
         f"{b['median'] * 1000:.0f} ms (p95 {_p95(b) * 1000:.0f}), addBatch {a['median'] * 1000:.0f} ms, "
-        f"latestOffset {lo['median'] * 1000:.0f} ms (p95 {_p95(lo) * 1000:.0f}), ranges/batch "
+        f"latestOffset {lo['median'] * 1000:.0f} ms (p95 {_p95(lo) * 1000:.0f}; answer "
+        f"{r['answer_seconds']['median'] * 1000:.1f} ms), ranges/batch "
         f"{r['ranges_per_batch']['median'] if r['ranges_per_batch'] else 0:.0f}, "
         f"tasks/batch {r['tasks_per_batch']:.0f}",
         flush=True,
     )
+    print("    phases (median s): " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["phase_seconds"].items())))
 
 
 def main() -> None:

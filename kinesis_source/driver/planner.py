@@ -85,6 +85,7 @@ class Planner:
         self._bookings: dict[ShardId, dict[str, list[float]]] = {}  # executor reads not yet reported
         self._turn = 0  # rotates which shard a limited batch serves first
         self._booked = 0
+        self._answer_s = 0.0  # how long the last latest_offset took
         self.probes = 0
 
     # -- runtime -------------------------------------------------------------------------
@@ -232,10 +233,14 @@ class Planner:
 
         Returns ``start`` itself when nothing new is known, so idle streams run no batches.
         """
-        end = self._loop.call(lambda: self._patched(start, max_records))
-        if end is not None:
-            return end
-        return self._loop.run(self._probe(start, max_records))
+        began = time.perf_counter()
+        try:
+            end = self._loop.call(lambda: self._patched(start, max_records))
+            if end is not None:
+                return end
+            return self._loop.run(self._probe(start, max_records))
+        finally:
+            self._answer_s = time.perf_counter() - began
 
     def _patched(self, start: Offset, max_records: int | None) -> Offset | None:
         """The end derived from the last answer (``driver/answers.py``), computed on the loop
@@ -381,12 +386,14 @@ class Planner:
         return out, address
 
     def stats(self) -> dict[str, Any]:
-        """Driver-side cost so far (``latestOffset`` answers, background probes, AWS calls,
-        records fetched, seconds calls waited for the budget, executor reads booked) and, per
+        """Driver-side cost so far (``latestOffset`` answers and the last one's time, background
+        probes, AWS calls, records fetched, seconds calls waited for the budget, executor reads
+        booked) and, per
         shard of the last answer, the tip and how far behind it the batch started."""
         k = self._kinesis
         return {
             "probes": self.probes,
+            "lastAnswerMs": round(self._answer_s * 1000, 2),
             "backgroundProbes": self._tips.probes if self._tips else 0,
             "driverCalls": k.calls if k else 0,
             "driverRecordsFetched": k.records_fetched if k else 0,
