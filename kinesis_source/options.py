@@ -176,8 +176,8 @@ class SourceOptions:
         "int",
         None,
         "Shards one Spark task reads (each shard's records in order; a task reads up to 16 of "
-        "its shards at once). Default: as few as keep a batch within twice the cluster's "
-        "parallelism in tasks (`defaultParallelism`, taken by `register(spark)`; else the "
+        "its shards at once). Default: as few as keep a batch within the cluster's parallelism "
+        "in tasks, one wave (`defaultParallelism`, taken by `register(spark)`; else the "
         "driver's CPU count), so 1 while shards are fewer. Set it when executors come and go, "
         "or to trade task overhead against spreading reads over more executors.",
         int_in(1),

@@ -2,8 +2,8 @@
 
 A Python task costs Spark tens of milliseconds whatever it reads, so a batch over 1,000 shards
 must not be 1,000 tasks: shards are grouped, each shard whole in one task (its records stay in
-order), the groups as even as the count allows. The default keeps a batch within one or two
-waves of the cluster's parallelism.
+order), the groups as even as the count allows. A task reads many of its shards at once, so by
+default a batch is one wave of tasks: no more than the cluster's parallelism.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-WAVES = 2  # a batch's tasks by default: at most this many per slot of the cluster's parallelism
+WAVES = 1  # a batch's tasks by default: at most this many per slot of the cluster's parallelism
 
 
 def shards_per_task(shards: int, option: int | None, parallelism: int | None) -> int:

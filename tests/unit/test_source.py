@@ -60,7 +60,7 @@ def test_partitions_group_shards_into_tasks_each_range_once():
     try:
         start = Offset({ShardId("s", n): Position.trim_horizon() for n in names})
         end = Offset({ShardId("s", n): Position.after(str(i + 1)) for i, n in enumerate(names)})
-        cases = [({}, 2, 4), ({}, 100, 10), ({"shardsPerTask": "1"}, 2, 10), ({"shardsPerTask": "4"}, 100, 3)]
+        cases = [({}, 4, 4), ({}, 100, 10), ({"shardsPerTask": "1"}, 2, 10), ({"shardsPerTask": "4"}, 100, 3)]
         for extra, parallelism, tasks in cases:
             opts = SourceOptions.parse({"streamName": "s", "applicationName": "app", "region": "us-east-1", **extra})
             reader = source.KinesisStreamReader(opts, planner=planner, parallelism=parallelism)

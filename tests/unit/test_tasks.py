@@ -13,10 +13,10 @@ from kinesis_source.executor.interleave import interleave
 from tests.support.waiting import wait_for
 
 
-def test_default_shards_per_task_keeps_a_batch_within_two_waves_of_the_parallelism():
-    assert shards_per_task(4, None, 2) == 1  # fewer shards than slots: one shard per task
-    assert shards_per_task(10, None, 2) == 3  # 4 slots: ceil(10 / 4)
-    assert shards_per_task(1000, None, 8) == 63  # 16 tasks at most
+def test_default_shards_per_task_keeps_a_batch_within_one_wave_of_the_parallelism():
+    assert shards_per_task(2, None, 2) == 1  # no more shards than slots: one shard per task
+    assert shards_per_task(10, None, 4) == 3  # 4 slots: ceil(10 / 4)
+    assert shards_per_task(1000, None, 8) == 125  # 8 tasks at most
     assert shards_per_task(1000, 5, 8) == 5  # the option wins
     assert shards_per_task(0, None, 8) == 1
 
