@@ -28,7 +28,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from botocore.exceptions import ClientError
 
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 PROBE_CONCURRENCY = 64
 THROTTLED_PAUSE_S = 5.0  # after a probe throttled beyond botocore's retries
 IDLE_JITTER = 0.2  # an idle shard's interval is stretched by up to this fraction
+MAX_ORDINALS = 16  # counted sequence numbers kept per shard (the last few batches' ends)
 
 
 @dataclass
@@ -62,6 +63,9 @@ class ShardTip:
     probing: bool = False
     held: bool = False  # new records wait for the executors' read budget: probing can wait too
     reading_until: float = 0.0  # monotonic: an executor reads the shard and will report
+    # Record counts where reads saw every record: each sequence number's place in one run of
+    # records, so that a range between two of them has a known size (see TipTable.count).
+    ordinals: dict[str, int] = field(default_factory=dict)
 
     def state(self) -> tuple:
         """What the entry's answers depend on."""
@@ -194,6 +198,8 @@ class TipTable:
         now = entry.probed_at = time.monotonic()
         entry.reading_until = 0.0
         self._unreported.discard(key)
+        if tip.end is not None and seq_key(tip.seq) >= seq_key(tip.end):
+            self._counted(entry, tip.end, tip.seq, tip.past)
         newer = entry.tip is None or seq_key(tip.seq) > seq_key(entry.tip)
         if newer:
             entry.tip, entry.idle = tip.seq, 0
@@ -217,6 +223,28 @@ class TipTable:
             self._dirty.add(key)
         self.reports += 1
         return True
+
+    def count(self, key: ShardId, start: Position, end_seq: str) -> int | None:
+        """How many records a range from ``start`` to ``end_seq`` holds, when reads (probes or
+        executors' reports) saw every record between them; else None. Only a read's ``Limit``
+        depends on it: a wrong count costs a call or some bytes, never a record."""
+        entry = self.entries.get(key)
+        if entry is None or start.kind != AFTER or start.sub_seq is not None or start.seq is None:
+            return None
+        first, last = entry.ordinals.get(start.seq), entry.ordinals.get(end_seq)
+        if first is None or last is None or last < first:
+            return None
+        return last - first
+
+    def _counted(self, entry: ShardTip, after: str, to: str, records: int) -> None:
+        """A read saw all ``records`` records after ``after`` up to ``to``."""
+        base = entry.ordinals.get(after)
+        if base is None:  # not in the run counted so far: a new run starts here
+            entry.ordinals = {after: 0}
+            base = 0
+        entry.ordinals[to] = base + records
+        while len(entry.ordinals) > MAX_ORDINALS:
+            del entry.ordinals[next(iter(entry.ordinals))]
 
     def hold(self, key: ShardId, held: bool = True) -> None:
         """``key``'s known records wait for the shard's read budget (or, with ``held`` false,
@@ -340,9 +368,11 @@ class TipTable:
                     timer.cancel()
 
     async def _probe(self, gate: asyncio.Semaphore, key: ShardId, entry: ShardTip) -> None:
+        start = entry.after()
         try:
             async with gate:
-                result = await self._prober.probe(key.stream, key.shard, entry.after())
+                start = entry.after()  # (a report may have moved the entry on meanwhile)
+                result = await self._prober.probe(key.stream, key.shard, start)
         except asyncio.CancelledError:
             raise
         except ClientError as exc:
@@ -362,6 +392,9 @@ class TipTable:
         self.probes += 1
         if result is not None:
             before = entry.state()
+            if result.counted is not None and result.tip is not None and start.kind == AFTER \
+                    and start.sub_seq is None and start.seq is not None:
+                self._counted(entry, start.seq, result.tip, result.counted)
             self._update(entry, result)
             if entry.state() != before:
                 self._dirty.add(key)
