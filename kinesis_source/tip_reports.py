@@ -4,7 +4,9 @@ The page an executor reads its range's end from usually holds more: the records 
 between planning and the read. They are the next batch's, so the executor tells the driver's tip
 table the last record it saw, how far that page was behind the shard's newest record
 (``MillisBehindLatest``) and, when polling, the page's ``NextShardIterator`` (the driver's next
-probe of the shard goes on from it in one call). While a shard is being read the driver does not
+probe of the shard goes on from it in one call); and how many records it saw past its range's
+end (the next range, up to the reported record, holds that many: it is read with an exact
+``Limit``) and the bytes it read. While a shard is being read the driver does not
 probe it: the report arrives before the batch ends, so the next ``latestOffset`` answers from it.
 
 A report only ever names a record a read returned, so an end the driver plans from it is a
