@@ -239,7 +239,7 @@ class Planner:
         """
         began = time.perf_counter()
         try:
-            end = self._loop.call(lambda: self._patched(start, max_records))
+            end = self._patched(start, max_records)
             if end is not None:
                 return end
             return self._loop.run(self._probe(start, max_records))
@@ -247,16 +247,21 @@ class Planner:
             self._answer_s = time.perf_counter() - began
 
     def _patched(self, start: Offset, max_records: int | None) -> Offset | None:
-        """The end derived from the last answer (``driver/answers.py``), computed on the loop
-        without waiting for anything; None when only the full computation can answer."""
-        listing = self._listing.current()
-        if max_records is not None or self._target is not None or self._last is None or self._tips is None:
+        """The end derived from the last answer (``driver/answers.py``), or None when only the
+        full computation can answer.
+
+        Computed in the caller's thread, not on the loop: at 1,000 shards the loop is busy with
+        probes (a few ms of CPU each), and an answer queued behind them waited for them. The
+        table and the budget share one lock (each shard's entry is read whole under it); what
+        only the loop may do (scheduling probes) is posted to it."""
+        tips, listing = self._tips, self._listing.current()
+        if max_records is not None or self._target is not None or self._last is None or tips is None:
             return None
         if listing is None:
             return None
-        self._tips.batch_over()
-        self._tips.raise_error()
-        end = self._last.patch(start, listing, self._tips, self._held)
+        self._loop.post(tips.batch_over)
+        tips.raise_error()
+        end = self._last.patch(start, listing, tips, self._held)
         if end is not None:
             self.probes += 1
         return end

@@ -117,6 +117,9 @@ class TipTable:
     ) -> None:
         self._prober = prober
         self._budget = budget
+        # Shared with the budget: latestOffset's patched answer reads the table from Spark's
+        # thread while the loop's probes and reports change it (see driver/planner.py).
+        self._lock = budget.lock
         self._active_s = active_interval_s
         self._idle_s = max(idle_interval_s, active_interval_s)
         self._on_ended = on_ended
@@ -139,6 +142,10 @@ class TipTable:
         """Track exactly these shards from these starts; the ones (re)seeded now, whose answer
         needs a first probe. Shards no longer asked about (finished, past an AvailableNow
         target) leave the table, and unless not ``forget``, what the probe kept for them."""
+        with self._lock:
+            return self._track(starts, forget)
+
+    def _track(self, starts: Mapping[ShardId, Position], forget: bool) -> list[ShardId]:
         fresh = []
         for key in list(self.entries):
             if key not in starts:
@@ -156,41 +163,49 @@ class TipTable:
     def answers(self, starts: Mapping[ShardId, Position], caps: Mapping[ShardId, str]) -> dict[ShardId, ProbeResult]:
         """Each tracked shard's end after its start, from the table (no AWS call)."""
         self.raise_error()
-        self._dirty.clear()
-        return {key: self.entries[key].answer(start, caps.get(key)) for key, start in starts.items()}
+        with self._lock:
+            self._dirty.clear()
+            return {key: self.entries[key].answer(start, caps.get(key)) for key, start in starts.items()}
 
     def raise_error(self) -> None:
         """Raise (once) what failed the background probing since the last answer."""
-        if self.error is not None:
+        with self._lock:
             error, self.error = self.error, None
+        if error is not None:
             raise error
 
     def reading(self, keys: list[ShardId], until: float) -> None:
         """Executors are about to read ``keys`` and report what they saw past the ends: no
         probe of them until their report, or ``until`` (monotonic) if none comes."""
-        for key in keys:
-            entry = self.entries.get(key)
-            if entry is not None:
-                entry.reading_until = until
-                self._unreported.add(key)
+        with self._lock:
+            for key in keys:
+                entry = self.entries.get(key)
+                if entry is not None:
+                    entry.reading_until = until
+                    self._unreported.add(key)
 
     def batch_over(self) -> None:
         """The batch whose reads were handed out is over (Spark asks for the next end only
         then): a shard whose report did not come will not get one (the executor could not reach
         the driver, or the read failed), so it is probed now rather than at the deadline."""
         now = time.monotonic()
-        for key in self._unreported:
-            entry = self.entries.get(key)
-            if entry is not None and entry.reading_until > now:
-                entry.reading_until, entry.due = 0.0, now
-                if not entry.probing and not (entry.ended or entry.gone):
-                    self._schedule(key, entry)
-        self._unreported.clear()
+        with self._lock:
+            for key in self._unreported:
+                entry = self.entries.get(key)
+                if entry is not None and entry.reading_until > now:
+                    entry.reading_until, entry.due = 0.0, now
+                    if not entry.probing and not (entry.ended or entry.gone):
+                        self._schedule(key, entry)
+            self._unreported.clear()
 
     def report(self, tip: TipReport) -> bool:
         """Apply an executor's report as a probe's answer (True if the shard is tracked and the
         reported record lies after the entry's seed). Its iterator becomes the shard's
         continuation when the record is the newest known."""
+        with self._lock:
+            return self._report(tip)
+
+    def _report(self, tip: TipReport) -> bool:
         key, entry = tip.shard, self.entries.get(tip.shard)
         if entry is None or not _after(tip.seq, entry.seed):
             return False  # a shard that left, or a read of an older range (a replayed batch)
@@ -231,7 +246,8 @@ class TipTable:
         entry = self.entries.get(key)
         if entry is None or start.kind != AFTER or start.sub_seq is not None or start.seq is None:
             return None
-        first, last = entry.ordinals.get(start.seq), entry.ordinals.get(end_seq)
+        with self._lock:
+            first, last = entry.ordinals.get(start.seq), entry.ordinals.get(end_seq)
         if first is None or last is None or last < first:
             return None
         return last - first
@@ -250,24 +266,27 @@ class TipTable:
         """``key``'s known records wait for the shard's read budget (or, with ``held`` false,
         were handed to an executor): until then its probes would only spend the budget the
         read waits for, so they pause."""
-        entry = self.entries.get(key)
-        if entry is not None:
-            entry.held = held
+        with self._lock:
+            entry = self.entries.get(key)
+            if entry is not None:
+                entry.held = held
 
     def take_changed(self) -> set[ShardId]:
         """The shards whose answer may have changed since the last call (or since
         :meth:`answers`, which starts the count again), so that a caller can re-answer only
         those."""
-        changed, self._dirty = self._dirty, set()
+        with self._lock:
+            changed, self._dirty = self._dirty, set()
         return changed
 
     def covered(self, key: ShardId, start: Position) -> ProbeResult | None:
         """``key``'s answer after ``start`` from the table, or None when the table has no entry
         that covers ``start`` (then only :meth:`track` and a first probe can answer)."""
-        entry = self.entries.get(key)
-        if entry is None or not entry.covers(start):
-            return None
-        return entry.answer(start, None)
+        with self._lock:
+            entry = self.entries.get(key)
+            if entry is None or not entry.covers(start):
+                return None
+            return entry.answer(start, None)
 
     async def settled(self, keys: list[ShardId], timeout_s: float) -> None:
         """Wait until each of ``keys`` was probed since it was seeded (or the table failed)."""
@@ -378,18 +397,29 @@ class TipTable:
         except ClientError as exc:
             result = None
             if error_code(exc) != THROTTLED:
-                self.error = exc  # surfaced by the next latestOffset
+                self._failed(exc)
             else:
                 # Other applications took the shard's quota even after botocore's retries: the
                 # table keeps its last answer and tries again later; the query only slows.
                 log.warning("probe of %s throttled after retries; trying again in %.0f s", key, THROTTLED_PAUSE_S)
                 entry.due = time.monotonic() + THROTTLED_PAUSE_S
-        except BaseException as exc:  # surfaced by the next latestOffset
-            self.error = exc
+        except BaseException as exc:
+            self._failed(exc)
             result = None
         finally:
             entry.probing = False
         self.probes += 1
+        with self._lock:
+            self._probed(key, entry, start, result)
+        changed = self._condition()
+        async with changed:
+            changed.notify_all()
+
+    def _failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self.error = exc  # surfaced by the next latestOffset
+
+    def _probed(self, key: ShardId, entry: ShardTip, start: Position, result: ProbeResult | None) -> None:
         if result is not None:
             before = entry.state()
             if result.counted is not None and result.tip is not None and start.kind == AFTER \
@@ -402,9 +432,6 @@ class TipTable:
             entry.probed_at = time.monotonic()  # a first answer is due: "nothing known yet"
         if not (entry.ended or entry.gone) and self.entries.get(key) is entry:
             self._schedule(key, entry)
-        changed = self._condition()
-        async with changed:
-            changed.notify_all()
 
     def _update(self, entry: ShardTip, result: ProbeResult) -> None:
         now = time.monotonic()
