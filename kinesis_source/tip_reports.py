@@ -4,7 +4,9 @@ The page an executor reads its range's end from usually holds more: the records 
 between planning and the read. They are the next batch's, so the executor tells the driver's tip
 table the last record it saw, how far that page was behind the shard's newest record
 (``MillisBehindLatest``) and, when polling, the page's ``NextShardIterator`` (the driver's next
-probe of the shard goes on from it in one call). While a shard is being read the driver does not
+probe of the shard goes on from it in one call); and how many records it saw past its range's
+end (the next range, up to the reported record, holds that many: it is read with an exact
+``Limit``) and the bytes it read. While a shard is being read the driver does not
 probe it: the report arrives before the batch ends, so the next ``latestOffset`` answers from it.
 
 A report only ever names a record a read returned, so an end the driver plans from it is a
@@ -38,11 +40,16 @@ class TipReport:
     # When the read called Kinesis (epoch seconds, per operation): the driver's ledger of the
     # shard's call budget replaces the read's booking with them.
     calls: dict[str, list[float]] = field(default_factory=dict)
+    end: str | None = None  # the range's end: ``past`` records lie between it and ``seq``
+    past: int = 0  # records the read saw after the range's end, ``seq`` the last of them
+    read_bytes: int = 0  # data bytes the read received
+    extra_bytes: int = 0  # of them, bytes outside the range (past its end, the opening check)
 
     def to_json(self) -> dict[str, Any]:
         """The report's JSON object."""
         return {"shard": str(self.shard), "seq": self.seq, "behindMs": self.behind_ms,
-                "iterator": self.iterator, "calls": self.calls}
+                "iterator": self.iterator, "calls": self.calls, "end": self.end, "past": self.past,
+                "readBytes": self.read_bytes, "extraBytes": self.extra_bytes}
 
     @staticmethod
     def from_json(data: Any) -> TipReport:
@@ -64,9 +71,18 @@ class TipReport:
             for op, times in calls.items()
         ):
             raise ValueError("calls is not a list of call times per operation")
+        counts = {key: data.get(key, 0) for key in ("past", "readBytes", "extraBytes")}
+        for key, value in counts.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{key} {value!r} is not a count")
+        end = data.get("end")
+        if end is not None and not isinstance(end, str):
+            raise ValueError(f"end {end!r} is not a sequence number")
         shard = ShardId.parse(str(data.get("shard")))
         times = {op: [float(t) for t in ts] for op, ts in calls.items()}
-        return TipReport(shard, check_seq(seq), behind, iterator, times)
+        return TipReport(shard, check_seq(seq), behind, iterator, times,
+                         check_seq(end) if end is not None else None,
+                         counts["past"], counts["readBytes"], counts["extraBytes"])
 
 
 @dataclass(frozen=True)

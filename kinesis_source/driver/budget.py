@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import math
+import threading
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Hashable
@@ -69,6 +70,9 @@ class CallBudget:
         self.rates = dict(rates)
         self._windows: dict[tuple[Hashable, str], _Window] = {}
         self.spent: dict[str, int] = defaultdict(int)
+        # Planning state's one lock: the budget's and the tip table's (which shares it). The
+        # planner's loop thread changes them; latestOffset reads them from Spark's thread.
+        self.lock = threading.RLock()
 
     def _window(self, key: Hashable, op: str) -> _Window:
         w = self._windows.get((key, op))
@@ -85,47 +89,53 @@ class CallBudget:
 
     def room(self, key: Hashable, op: str, now: float | None = None) -> int:
         """Calls of ``op`` on shard ``key`` that fit now."""
-        return self._window(key, op).room(time.monotonic() if now is None else now)
+        with self.lock:
+            return self._window(key, op).room(time.monotonic() if now is None else now)
 
     def free_at(self, key: Hashable, op: str, keep: int = 0, now: float | None = None) -> float:
         """When a call of ``op`` fits on ``key`` while leaving ``keep`` calls of the window."""
-        return self._window(key, op).free_at(time.monotonic() if now is None else now, keep)
+        with self.lock:
+            return self._window(key, op).free_at(time.monotonic() if now is None else now, keep)
 
     def spend(self, key: Hashable, op: str, n: int = 1, now: float | None = None) -> None:
         """Record ``n`` calls (made now, or about to be)."""
-        at = time.monotonic() if now is None else now
-        window = self._window(key, op)
-        for _ in range(n):
-            bisect.insort(window.times, at)
-        self.spent[op] += n
+        with self.lock:
+            at = time.monotonic() if now is None else now
+            window = self._window(key, op)
+            for _ in range(n):
+                bisect.insort(window.times, at)
+            self.spent[op] += n
 
     def book_read(self, key: Hashable, needs_iterator: bool, now: float) -> tuple[float, dict[str, list[float]]]:
         """Book an executor read's first calls on ``key`` (a ``GetShardIterator`` too when it
         has no iterator handed over) at the first time they fit; returns that time and the
         bookings by operation (for :meth:`settle`)."""
-        ops = [GET_RECORDS, GET_SHARD_ITERATOR] if needs_iterator else [GET_RECORDS]
-        at = max(self.free_at(key, op, now=now) for op in ops)
-        for op in ops:
-            self.spend(key, op, now=at)
-        return at, {op: [at] for op in ops}
+        with self.lock:
+            ops = [GET_RECORDS, GET_SHARD_ITERATOR] if needs_iterator else [GET_RECORDS]
+            at = max(self.free_at(key, op, now=now) for op in ops)
+            for op in ops:
+                self.spend(key, op, now=at)
+            return at, {op: [at] for op in ops}
 
     def settle(self, key: Hashable, op: str, booked: list[float], actual: list[float]) -> None:
         """Replace an executor read's booked calls of ``op`` on ``key`` with the times it
         actually called (monotonic): a task that started late must not let the next booking
         come closer than the budget allows, and pages after the first were never booked."""
-        window = self._window(key, op)
-        for at in booked:
-            i = bisect.bisect_left(window.times, at)
-            if i < len(window.times) and window.times[i] == at:
-                del window.times[i]
-        for at in actual:
-            bisect.insort(window.times, at)
-        self.spent[op] += len(actual) - len(booked)
+        with self.lock:
+            window = self._window(key, op)
+            for at in booked:
+                i = bisect.bisect_left(window.times, at)
+                if i < len(window.times) and window.times[i] == at:
+                    del window.times[i]
+            for at in actual:
+                bisect.insort(window.times, at)
+            self.spent[op] += len(actual) - len(booked)
 
     def forget(self, key: Hashable) -> None:
         """Drop a shard's windows (it left the query)."""
-        for op in self.rates:
-            self._windows.pop((key, op), None)
+        with self.lock:
+            for op in self.rates:
+                self._windows.pop((key, op), None)
 
 
 class PacedKinesis(AsyncKinesis):

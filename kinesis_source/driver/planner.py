@@ -52,8 +52,9 @@ HOLD_SLACK_S = 0.05
 _TARGET_WAIT_S = 0.5
 
 # What an executor read gets from planning: the iterator and first record the probe found at
-# the range's start (or None), and the wall-clock time its first call is booked for.
-Booking = tuple[tuple[str, str | None] | None, float]
+# the range's start (or None), the wall-clock time its first call is booked for, and how many
+# records the range holds (None: not known).
+Booking = tuple[tuple[str, str | None] | None, float, int | None]
 
 
 class Planner:
@@ -86,6 +87,7 @@ class Planner:
         self._turn = 0  # rotates which shard a limited batch serves first
         self._booked = 0
         self._answer_s = 0.0  # how long the last latest_offset took
+        self._read_bytes = self._extra_bytes = 0  # what executors reported reading
         self.probes = 0
 
     # -- runtime -------------------------------------------------------------------------
@@ -140,6 +142,8 @@ class Planner:
                 for tip in reports:
                     tips.report(tip)
                     self._settle(tip)
+                    self._read_bytes += tip.read_bytes
+                    self._extra_bytes += tip.extra_bytes
 
             self._listener = TipListener(self._opts.tip_report_host or default_host(), apply)
         if self._listener.address is None:
@@ -235,7 +239,7 @@ class Planner:
         """
         began = time.perf_counter()
         try:
-            end = self._loop.call(lambda: self._patched(start, max_records))
+            end = self._patched(start, max_records)
             if end is not None:
                 return end
             return self._loop.run(self._probe(start, max_records))
@@ -243,16 +247,21 @@ class Planner:
             self._answer_s = time.perf_counter() - began
 
     def _patched(self, start: Offset, max_records: int | None) -> Offset | None:
-        """The end derived from the last answer (``driver/answers.py``), computed on the loop
-        without waiting for anything; None when only the full computation can answer."""
-        listing = self._listing.current()
-        if max_records is not None or self._target is not None or self._last is None or self._tips is None:
+        """The end derived from the last answer (``driver/answers.py``), or None when only the
+        full computation can answer.
+
+        Computed in the caller's thread, not on the loop: at 1,000 shards the loop is busy with
+        probes (a few ms of CPU each), and an answer queued behind them waited for them. The
+        table and the budget share one lock (each shard's entry is read whole under it); what
+        only the loop may do (scheduling probes) is posted to it."""
+        tips, listing = self._tips, self._listing.current()
+        if max_records is not None or self._target is not None or self._last is None or tips is None:
             return None
         if listing is None:
             return None
-        self._tips.batch_over()
-        self._tips.raise_error()
-        end = self._last.patch(start, listing, self._tips, self._held)
+        self._loop.post(tips.batch_over)
+        tips.raise_error()
+        end = self._last.patch(start, listing, tips, self._held)
         if end is not None:
             self.probes += 1
         return end
@@ -382,13 +391,15 @@ class Planner:
             opener = self._prober_ready().opener(rng.shard, rng.start)
             at, self._bookings[rng.shard] = self.budget.book_read(rng.shard, opener is None, now)
             self._booked += 1
-            out[rng.shard] = (opener, wall + (at - now))
+            records = self._tips.count(rng.shard, rng.start, rng.end_seq) if self._tips is not None else None
+            out[rng.shard] = (opener, wall + (at - now), records)
         return out, address
 
     def stats(self) -> dict[str, Any]:
         """Driver-side cost so far (``latestOffset`` answers and the last one's time, background
         probes, AWS calls, records fetched, seconds calls waited for the budget, executor reads
-        booked) and, per
+        booked, the data bytes executors reported reading and, of them, outside their ranges)
+        and, per
         shard of the last answer, the tip and how far behind it the batch started."""
         k = self._kinesis
         return {
@@ -399,6 +410,8 @@ class Planner:
             "driverRecordsFetched": k.records_fetched if k else 0,
             "budgetWaitS": round(k.waited_s, 3) if isinstance(k, PacedKinesis) else 0.0,
             "executorReadsBooked": self._booked,
+            "executorBytesRead": self._read_bytes,
+            "executorBytesExtra": self._extra_bytes,
             "tipReports": self._tips.reports if self._tips else 0,
             "tipReportsRefused": self._listener.refused if self._listener else 0,
             "shards": self._last.lag if self._last is not None else self._lag,

@@ -80,6 +80,7 @@ class ProbeResult:
     # iterator after those pages is kept, so the next probe goes on from there.
     pending: bool = False
     gone: bool = False  # the stream no longer has the shard (reported as failOnDataLoss says)
+    counted: int | None = None  # records after the start up to ``tip``, when the probe read them all
 
 
 class TailProber:
@@ -161,14 +162,16 @@ class TailProber:
         if cap is not None and seq_key(page.records[0]["SequenceNumber"]) > seq_key(cap):
             return ProbeResult(behind_ms=page.behind_ms)
         end, cont = page.records[-1]["SequenceNumber"], page.next_iterator
+        counted: int | None = len(page.records)  # every record after the start, to the tip
         if not page.caught_up(limit):
+            counted = None  # the tip is looked for past records not read
             tip, after_tip = await self._beyond(stream, shard, page)
             if tip is not None and seq_key(tip) > seq_key(end):
                 end, cont = tip, after_tip
         if cap is not None and seq_key(end) > seq_key(cap):
             return ProbeResult(tip=cap, behind_ms=page.behind_ms)
         self.keep(stream, shard, Position.after(end), cont)
-        return ProbeResult(tip=end, behind_ms=page.behind_ms)
+        return ProbeResult(tip=end, behind_ms=page.behind_ms, counted=counted)
 
     async def _beyond(self, stream: str, shard: str, page: Page) -> tuple[str | None, str | None]:
         """The newest record after ``page`` and the iterator after it: from an ``AT_TIMESTAMP``

@@ -8,7 +8,6 @@ on one asyncio loop in a daemon thread, and each synchronous call waits for its 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import threading
 import time
@@ -40,22 +39,16 @@ class LoopThread:
         """Run ``coro`` on the loop and wait for its result (or its exception)."""
         return asyncio.run_coroutine_threadsafe(coro, self._started()).result()  # type: ignore[arg-type]
 
-    def call(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` on the loop and wait for its result (or its exception).
-
-        A plain function runs as one callback, in the loop's next iteration; a coroutine would
-        wait for several (its task's steps), each behind whatever else is ready by then, which
-        on a loop busy with a thousand probes is most of an answer's time."""
-        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+    def post(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` on the loop soon, without waiting for it (its error is logged)."""
 
         def step() -> None:
             try:
-                done.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                done.set_exception(exc)
+                fn()
+            except Exception:  # noqa: BLE001 - nobody waits for it: logged
+                log.exception("%s: a posted call failed", self._name)
 
         self._started().call_soon_threadsafe(step)
-        return done.result()
 
     def _started(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:

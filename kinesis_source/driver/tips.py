@@ -28,7 +28,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from botocore.exceptions import ClientError
 
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 PROBE_CONCURRENCY = 64
 THROTTLED_PAUSE_S = 5.0  # after a probe throttled beyond botocore's retries
 IDLE_JITTER = 0.2  # an idle shard's interval is stretched by up to this fraction
+MAX_ORDINALS = 16  # counted sequence numbers kept per shard (the last few batches' ends)
 
 
 @dataclass
@@ -62,6 +63,9 @@ class ShardTip:
     probing: bool = False
     held: bool = False  # new records wait for the executors' read budget: probing can wait too
     reading_until: float = 0.0  # monotonic: an executor reads the shard and will report
+    # Record counts where reads saw every record: each sequence number's place in one run of
+    # records, so that a range between two of them has a known size (see TipTable.count).
+    ordinals: dict[str, int] = field(default_factory=dict)
 
     def state(self) -> tuple:
         """What the entry's answers depend on."""
@@ -113,6 +117,9 @@ class TipTable:
     ) -> None:
         self._prober = prober
         self._budget = budget
+        # Shared with the budget: latestOffset's patched answer reads the table from Spark's
+        # thread while the loop's probes and reports change it (see driver/planner.py).
+        self._lock = budget.lock
         self._active_s = active_interval_s
         self._idle_s = max(idle_interval_s, active_interval_s)
         self._on_ended = on_ended
@@ -135,6 +142,10 @@ class TipTable:
         """Track exactly these shards from these starts; the ones (re)seeded now, whose answer
         needs a first probe. Shards no longer asked about (finished, past an AvailableNow
         target) leave the table, and unless not ``forget``, what the probe kept for them."""
+        with self._lock:
+            return self._track(starts, forget)
+
+    def _track(self, starts: Mapping[ShardId, Position], forget: bool) -> list[ShardId]:
         fresh = []
         for key in list(self.entries):
             if key not in starts:
@@ -152,41 +163,49 @@ class TipTable:
     def answers(self, starts: Mapping[ShardId, Position], caps: Mapping[ShardId, str]) -> dict[ShardId, ProbeResult]:
         """Each tracked shard's end after its start, from the table (no AWS call)."""
         self.raise_error()
-        self._dirty.clear()
-        return {key: self.entries[key].answer(start, caps.get(key)) for key, start in starts.items()}
+        with self._lock:
+            self._dirty.clear()
+            return {key: self.entries[key].answer(start, caps.get(key)) for key, start in starts.items()}
 
     def raise_error(self) -> None:
         """Raise (once) what failed the background probing since the last answer."""
-        if self.error is not None:
+        with self._lock:
             error, self.error = self.error, None
+        if error is not None:
             raise error
 
     def reading(self, keys: list[ShardId], until: float) -> None:
         """Executors are about to read ``keys`` and report what they saw past the ends: no
         probe of them until their report, or ``until`` (monotonic) if none comes."""
-        for key in keys:
-            entry = self.entries.get(key)
-            if entry is not None:
-                entry.reading_until = until
-                self._unreported.add(key)
+        with self._lock:
+            for key in keys:
+                entry = self.entries.get(key)
+                if entry is not None:
+                    entry.reading_until = until
+                    self._unreported.add(key)
 
     def batch_over(self) -> None:
         """The batch whose reads were handed out is over (Spark asks for the next end only
         then): a shard whose report did not come will not get one (the executor could not reach
         the driver, or the read failed), so it is probed now rather than at the deadline."""
         now = time.monotonic()
-        for key in self._unreported:
-            entry = self.entries.get(key)
-            if entry is not None and entry.reading_until > now:
-                entry.reading_until, entry.due = 0.0, now
-                if not entry.probing and not (entry.ended or entry.gone):
-                    self._schedule(key, entry)
-        self._unreported.clear()
+        with self._lock:
+            for key in self._unreported:
+                entry = self.entries.get(key)
+                if entry is not None and entry.reading_until > now:
+                    entry.reading_until, entry.due = 0.0, now
+                    if not entry.probing and not (entry.ended or entry.gone):
+                        self._schedule(key, entry)
+            self._unreported.clear()
 
     def report(self, tip: TipReport) -> bool:
         """Apply an executor's report as a probe's answer (True if the shard is tracked and the
         reported record lies after the entry's seed). Its iterator becomes the shard's
         continuation when the record is the newest known."""
+        with self._lock:
+            return self._report(tip)
+
+    def _report(self, tip: TipReport) -> bool:
         key, entry = tip.shard, self.entries.get(tip.shard)
         if entry is None or not _after(tip.seq, entry.seed):
             return False  # a shard that left, or a read of an older range (a replayed batch)
@@ -194,6 +213,8 @@ class TipTable:
         now = entry.probed_at = time.monotonic()
         entry.reading_until = 0.0
         self._unreported.discard(key)
+        if tip.end is not None and seq_key(tip.seq) >= seq_key(tip.end):
+            self._counted(entry, tip.end, tip.seq, tip.past)
         newer = entry.tip is None or seq_key(tip.seq) > seq_key(entry.tip)
         if newer:
             entry.tip, entry.idle = tip.seq, 0
@@ -218,28 +239,54 @@ class TipTable:
         self.reports += 1
         return True
 
+    def count(self, key: ShardId, start: Position, end_seq: str) -> int | None:
+        """How many records a range from ``start`` to ``end_seq`` holds, when reads (probes or
+        executors' reports) saw every record between them; else None. Only a read's ``Limit``
+        depends on it: a wrong count costs a call or some bytes, never a record."""
+        entry = self.entries.get(key)
+        if entry is None or start.kind != AFTER or start.sub_seq is not None or start.seq is None:
+            return None
+        with self._lock:
+            first, last = entry.ordinals.get(start.seq), entry.ordinals.get(end_seq)
+        if first is None or last is None or last < first:
+            return None
+        return last - first
+
+    def _counted(self, entry: ShardTip, after: str, to: str, records: int) -> None:
+        """A read saw all ``records`` records after ``after`` up to ``to``."""
+        base = entry.ordinals.get(after)
+        if base is None:  # not in the run counted so far: a new run starts here
+            entry.ordinals = {after: 0}
+            base = 0
+        entry.ordinals[to] = base + records
+        while len(entry.ordinals) > MAX_ORDINALS:
+            del entry.ordinals[next(iter(entry.ordinals))]
+
     def hold(self, key: ShardId, held: bool = True) -> None:
         """``key``'s known records wait for the shard's read budget (or, with ``held`` false,
         were handed to an executor): until then its probes would only spend the budget the
         read waits for, so they pause."""
-        entry = self.entries.get(key)
-        if entry is not None:
-            entry.held = held
+        with self._lock:
+            entry = self.entries.get(key)
+            if entry is not None:
+                entry.held = held
 
     def take_changed(self) -> set[ShardId]:
         """The shards whose answer may have changed since the last call (or since
         :meth:`answers`, which starts the count again), so that a caller can re-answer only
         those."""
-        changed, self._dirty = self._dirty, set()
+        with self._lock:
+            changed, self._dirty = self._dirty, set()
         return changed
 
     def covered(self, key: ShardId, start: Position) -> ProbeResult | None:
         """``key``'s answer after ``start`` from the table, or None when the table has no entry
         that covers ``start`` (then only :meth:`track` and a first probe can answer)."""
-        entry = self.entries.get(key)
-        if entry is None or not entry.covers(start):
-            return None
-        return entry.answer(start, None)
+        with self._lock:
+            entry = self.entries.get(key)
+            if entry is None or not entry.covers(start):
+                return None
+            return entry.answer(start, None)
 
     async def settled(self, keys: list[ShardId], timeout_s: float) -> None:
         """Wait until each of ``keys`` was probed since it was seeded (or the table failed)."""
@@ -340,28 +387,44 @@ class TipTable:
                     timer.cancel()
 
     async def _probe(self, gate: asyncio.Semaphore, key: ShardId, entry: ShardTip) -> None:
+        start = entry.after()
         try:
             async with gate:
-                result = await self._prober.probe(key.stream, key.shard, entry.after())
+                start = entry.after()  # (a report may have moved the entry on meanwhile)
+                result = await self._prober.probe(key.stream, key.shard, start)
         except asyncio.CancelledError:
             raise
         except ClientError as exc:
             result = None
             if error_code(exc) != THROTTLED:
-                self.error = exc  # surfaced by the next latestOffset
+                self._failed(exc)
             else:
                 # Other applications took the shard's quota even after botocore's retries: the
                 # table keeps its last answer and tries again later; the query only slows.
                 log.warning("probe of %s throttled after retries; trying again in %.0f s", key, THROTTLED_PAUSE_S)
                 entry.due = time.monotonic() + THROTTLED_PAUSE_S
-        except BaseException as exc:  # surfaced by the next latestOffset
-            self.error = exc
+        except BaseException as exc:
+            self._failed(exc)
             result = None
         finally:
             entry.probing = False
         self.probes += 1
+        with self._lock:
+            self._probed(key, entry, start, result)
+        changed = self._condition()
+        async with changed:
+            changed.notify_all()
+
+    def _failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self.error = exc  # surfaced by the next latestOffset
+
+    def _probed(self, key: ShardId, entry: ShardTip, start: Position, result: ProbeResult | None) -> None:
         if result is not None:
             before = entry.state()
+            if result.counted is not None and result.tip is not None and start.kind == AFTER \
+                    and start.sub_seq is None and start.seq is not None:
+                self._counted(entry, start.seq, result.tip, result.counted)
             self._update(entry, result)
             if entry.state() != before:
                 self._dirty.add(key)
@@ -369,9 +432,6 @@ class TipTable:
             entry.probed_at = time.monotonic()  # a first answer is due: "nothing known yet"
         if not (entry.ended or entry.gone) and self.entries.get(key) is entry:
             self._schedule(key, entry)
-        changed = self._condition()
-        async with changed:
-            changed.notify_all()
 
     def _update(self, entry: ShardTip, result: ProbeResult) -> None:
         now = time.monotonic()

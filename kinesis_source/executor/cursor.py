@@ -38,6 +38,10 @@ def check_opening(records: list[dict], start: Position) -> tuple[list[dict], str
     return records, None
 
 
+def _data_bytes(records: list[dict]) -> int:
+    return sum(len(rec["Data"]) for rec in records)
+
+
 class RangeCursor:
     """Where the read of one exact range stands; the one template both readers (polling and
     fan-out) follow, so the opening check, the resume position, the cut at the end and the
@@ -59,6 +63,15 @@ class RangeCursor:
         self._fail_on_data_loss = fail_on_data_loss
         self._unchecked = False
         self._mode = mode
+        self.read = 0  # records of the range read so far
+        self.past = 0  # records read after the range's end (in the page that completed it)
+        self.read_bytes = 0  # data bytes of every record received
+        self.extra_bytes = 0  # of them, outside the range: past its end, opening checks
+
+    @property
+    def unchecked(self) -> bool:
+        """True when the next page starts with the opening's check record (read, not emitted)."""
+        return self._unchecked
 
     def opening(self) -> Position:
         """Where the next iterator or subscription opens; its first records get checked."""
@@ -94,6 +107,12 @@ class RangeCursor:
         if out:
             self._advance(out[-1]["SequenceNumber"])
             done = done or seq_key(out[-1]["SequenceNumber"]) == self._end
+        self.read += len(out)
+        if done:
+            self.past = len(records) - len(out)
+        received = _data_bytes(raw)
+        self.read_bytes += received
+        self.extra_bytes += received - _data_bytes(out)
         return out, done
 
     def _advance(self, seq: str) -> None:
@@ -164,8 +183,12 @@ class RangeReaderBase:
         page = self._last_page
         if page is None or not page.records:
             return None
+        cursor = self._cursor
         last = page.records[-1]["SequenceNumber"]
-        return TipReport(self._range.shard, last, page.behind_ms, page.next_iterator, self._reported_calls())
+        return TipReport(
+            self._range.shard, last, page.behind_ms, page.next_iterator, self._reported_calls(),
+            self._range.end_seq, cursor.past, cursor.read_bytes, cursor.extra_bytes,
+        )
 
     def _reported_calls(self) -> dict[str, list[float]]:
         """The read's Kinesis calls that spend the shard's polling budget, by operation

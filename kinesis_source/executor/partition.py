@@ -24,6 +24,7 @@ class ShardRead:
     # range's start, and the record it found first there; used if that record comes first again
     opener: tuple[str, str | None] | None = None
     not_before: float = 0.0  # epoch seconds: the driver booked the first call for then
+    records: int | None = None  # how many records the range holds, when the driver knows
 
     def __repr__(self) -> str:
         # The opener's iterator is a credential-like token for the shard: kept out of logs.

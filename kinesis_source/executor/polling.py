@@ -34,6 +34,9 @@ from kinesis_source.positions import AFTER, Position, ShardRange, seq_key
 log = logging.getLogger(__name__)
 
 MAX_BOOKED_WAIT_S = 5.0
+# Records asked for past a range of known size: what arrived since planning, up to this many,
+# tells the driver the shard's next tip without reading the next batch's bytes twice.
+LOOKAHEAD = 10
 
 
 class RangeReader(RangeReaderBase):
@@ -48,10 +51,14 @@ class RangeReader(RangeReaderBase):
         opener: tuple[str, str | None] | None = None,
         page_interval_s: float = 0.0,
         not_before: float = 0.0,
+        records: int | None = None,
     ) -> None:
+        """``records``: how many records the range holds, when planning knows (then each call
+        asks for what is left of them and ``LOOKAHEAD`` more, not ``limit``)."""
         super().__init__(rng, fail_on_data_loss)
         self._client = client
         self._limit = limit
+        self._records = records
         self._iterator: str | None = None
         self._opener = opener
         self._interval = page_interval_s
@@ -70,7 +77,7 @@ class RangeReader(RangeReaderBase):
         try:
             self._pace()
             self._called("GetRecords")
-            page = Page.from_api(self._client.get_records(ShardIterator=iterator, Limit=self._limit))
+            page = Page.from_api(self._client.get_records(ShardIterator=iterator, Limit=self._page_limit()))
         except ClientError as exc:
             if not is_expired(exc) and error_code(exc) != INVALID_ARGUMENT:
                 raise
@@ -89,6 +96,15 @@ class RangeReader(RangeReaderBase):
             return got == first
         start = self._range.start
         return start.kind == AFTER and start.seq is not None and seq_key(got) > seq_key(start.seq)
+
+    def _page_limit(self) -> int:
+        """``Limit`` of the next call: what the range still holds (and the opening's check
+        record) plus ``LOOKAHEAD``, when its size is known; else ``limit``."""
+        if self._records is None:
+            return self._limit
+        cursor = self._cursor
+        left = max(0, self._records - cursor.read) + (1 if cursor.unchecked else 0)
+        return max(1, min(self._limit, left + LOOKAHEAD))
 
     def _called(self, op: str) -> None:
         self.calls += 1
@@ -122,7 +138,7 @@ class RangeReader(RangeReaderBase):
                 try:
                     self._called("GetRecords")
                     resp = self._client.get_records(
-                        ShardIterator=self._iterator, Limit=self._limit
+                        ShardIterator=self._iterator, Limit=self._page_limit()
                     )
                 except ClientError as exc:
                     if is_expired(exc):

@@ -133,6 +133,8 @@ class QuotaProxy(FaultProxy):
         self._buckets: dict[tuple[str, str], _Bucket] = {}
         self._iterators: dict[str, tuple[str, str]] = {}  # client-visible iterator -> shard
         self.bytes_read: dict[tuple[str, str], int] = defaultdict(int)
+        # the same by caller: (access key, client kind, stream, shard)
+        self.bytes_read_by: dict[tuple[str | None, str | None, str, str], int] = defaultdict(int)
         self._control = {op: (limit, per) for op, limit, per in self.quotas.control}
 
     # -- budgets -------------------------------------------------------------------------
@@ -204,6 +206,7 @@ class QuotaProxy(FaultProxy):
                     self._iterators[resp["NextShardIterator"]] = call.shard
                 spent = _data_bytes(resp)
                 self.bytes_read[call.shard] += spent
+                self.bytes_read_by[(call.access_key, call.client, *call.shard)] += spent
                 bucket = self._bucket(call.shard, time.monotonic())
                 bucket.level(time.monotonic())
                 bucket.tokens -= spent

@@ -6,6 +6,7 @@ import asyncio
 import threading
 
 from kinesis_source.driver.runtime import LoopThread
+from tests.support.waiting import wait_for
 
 
 def test_close_stops_a_background_task_that_swallowed_one_cancellation():
@@ -39,26 +40,27 @@ def test_close_stops_a_background_task_that_swallowed_one_cancellation():
     assert closed.is_set() and len(cancels) == 2
 
 
-def test_call_runs_a_function_on_the_loop_thread_and_hands_back_its_result_or_error():
-    """``call`` is how ``latestOffset`` answers without a task: the function must run on the
-    loop's thread (where the tip table lives), its value and its exception reach the caller."""
+def test_post_runs_a_function_on_the_loop_thread_without_waiting_for_it():
+    """``post`` is how ``latestOffset`` hands the loop what only the loop may do (scheduling
+    probes): the function runs on the loop's thread; the caller does not wait for it."""
     loop = LoopThread("test-loop")
+    ran: list[threading.Thread] = []
+    release = threading.Event()
 
     async def loop_thread() -> threading.Thread:
         return threading.current_thread()
 
-    def boom() -> None:
-        raise ValueError("from the loop")
+    def blocked() -> None:
+        release.wait(10)
+        ran.append(threading.current_thread())
 
     try:
         on_loop = loop.run(loop_thread())
-        assert loop.call(threading.current_thread) is on_loop is not threading.current_thread()
-        try:
-            loop.call(boom)
-        except ValueError as exc:
-            assert str(exc) == "from the loop"
-        else:
-            raise AssertionError("the function's exception did not reach the caller")
+        loop.post(blocked)  # returns at once although the function waits
+        assert not ran
+        release.set()
+        wait_for(lambda: ran, timeout=10, what="the posted function")
+        assert ran == [on_loop]
     finally:
 
         async def nothing() -> None:

@@ -21,15 +21,20 @@ A = ShardId("s", "a")
 
 
 def test_a_report_round_trips_and_bad_ones_are_refused_naming_the_field():
-    tip = TipReport(A, "123", 40, "it-1")
-    token, tips = decode(encode("t0k", [tip]))
-    assert (token, tips) == ("t0k", [tip])
+    full = TipReport(A, "123", 0, None, {"GetRecords": [1.5]}, "120", 3, 900, 350)
+    for tip in (TipReport(A, "123", 40, "it-1"), full):
+        token, tips = decode(encode("t0k", [tip]))
+        assert (token, tips) == ("t0k", [tip])
     for bad, word in (
         ({"shard": "s/a", "seq": "12x", "behindMs": 0}, "sequence number"),
         ({"shard": "s/a", "seq": "12", "behindMs": -1}, "behindMs"),
         ({"shard": "s/a", "seq": "12", "behindMs": True}, "behindMs"),
         ({"shard": "nostream", "seq": "12", "behindMs": 0}, "stream"),
         ({"shard": "s/a", "seq": "12", "behindMs": 0, "iterator": 5}, "iterator"),
+        ({"shard": "s/a", "seq": "12", "behindMs": 0, "past": -1}, "past"),
+        ({"shard": "s/a", "seq": "12", "behindMs": 0, "readBytes": "9"}, "readBytes"),
+        ({"shard": "s/a", "seq": "12", "behindMs": 0, "extraBytes": 1.5}, "extraBytes"),
+        ({"shard": "s/a", "seq": "12", "behindMs": 0, "end": "x1"}, "sequence number"),
     ):
         with pytest.raises(ValueError, match=word):
             TipReport.from_json(bad)
@@ -191,5 +196,39 @@ def test_the_reported_call_times_replace_the_reads_booking_in_the_ledger():
         assert sender.send_reports(address, [tip])
         # one call a second: the next fits a second after the actual call, not after the booking
         assert planner.budget.free_at(A, GET_RECORDS) >= time.monotonic() + 0.9
+    finally:
+        planner.close()
+
+
+def test_ranges_get_their_size_when_reports_and_probes_saw_every_record():
+    """A report says how many records the read saw past its range's end: the next range, from
+    that end to the reported tip, holds exactly that many; a probe that read on from there to
+    the tip without skipping adds what it read. A probe that jumped near the tip knows no size."""
+    recs = log_of(200)
+    fake = TimedFake({"a": FakeShard(recs[:10])})
+    planner = reporting_planner(fake)
+    try:
+        start = trim_horizon(A)
+        end = planner.latest_offset(start)
+        assert end.shards[A] == Position.after(recs[9][0])
+        _, address = planner.hand_over(plan_ranges(start, end))
+        fake.shards["a"].records.extend(recs[10:16])
+        # the executor read to record 9 and saw 6 more past it
+        assert sender.send_reports(address, [TipReport(A, recs[15][0], 0, "a|16|0", {}, recs[9][0], 6, 1, 1)])
+        nxt = planner.latest_offset(end)
+        assert nxt.shards[A] == Position.after(recs[15][0])
+        booked, _ = planner.hand_over(plan_ranges(end, nxt))
+        assert booked[A][2] == 6
+        # the probe goes on from the reported iterator and reads the 3 new records to the tip
+        fake.shards["a"].records.extend(recs[16:19])
+        wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[18][0]),
+                 timeout=10, what="the probe's tip")
+        longer = planner.latest_offset(end)
+        assert planner.hand_over(plan_ranges(end, longer))[0][A][2] == 9
+        # a backlog the probe does not read (it looks near the tip): no size
+        fake.shards["a"].records.extend(recs[19:150])
+        wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[149][0]),
+                 timeout=10, what="the tip past the backlog")
+        assert planner.hand_over(plan_ranges(end, planner.latest_offset(end)))[0][A][2] is None
     finally:
         planner.close()
