@@ -71,21 +71,24 @@ class LastAnswer:
         answer's start or end, the listing is the same, and each changed shard's table entry
         covers its start and neither ended nor went away), else None. A shard for which
         ``held`` is true keeps its start (and is looked at again next time). Updates this state
-        to the new answer."""
+        to the new answer, in place: after a None, this state must be dropped (the caller then
+        computes in full), so nothing is copied that a failed patch would have to keep."""
         if listing is not self.listing:
             return None
+        starts = self.starts
         if start is self.start:
-            redo, starts, base = tips.take_changed() | self.held, self.starts, self.end
+            redo, base = tips.take_changed() | self.held, self.end
+            moved = self.moved
         elif start is self.end:
-            redo, starts, base = tips.take_changed() | self.moved | self.held, dict(self.starts), start
+            redo, base = tips.take_changed() | self.moved | self.held, start
             for sid in self.moved:
                 starts[sid] = start.shards[sid]
+            moved = set()
         else:
             return None
         changes: dict[ShardId, Position] = {}
-        moved = set(self.moved) if start is self.start else set()
         waiting: set[ShardId] = set()
-        lag = dict(self.lag)
+        lag = self.lag
         for sid in redo:
             at = starts.get(sid)
             if at is None:
