@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import commit, e2e, kpl, memory, overhead, planning, quota, read_path, report, tasks
+from benchmarks import commit, e2e, kpl, memory, overhead, overread, planning, quota, read_path, report, tasks
 from benchmarks.common import local_env, machine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         _run("kpl", lambda: kpl.run_suite(q), results)
     if "memory" in only:
         _run("memory", lambda: memory.run_suite(q), results)
-    if only & {"commit", "planning", "e2e", "e2e_canned", "overhead", "quota", "tasks"}:
+    if only & {"commit", "planning", "e2e", "e2e_canned", "overhead", "quota", "tasks", "overread"}:
         from kinesis_source.tools.local import LocalEndpoint
 
         with LocalEndpoint() as ep:
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
                 _run("commit", lambda: commit.run_suite(ep.url, q), results)
             if "planning" in only:
                 _run("planning", lambda: planning.run_suite(ep.url, q), results)
-            if only & {"e2e", "e2e_canned", "overhead", "quota", "tasks"}:
+            if only & {"e2e", "e2e_canned", "overhead", "quota", "tasks", "overread"}:
                 from benchmarks import spark_env
 
                 spark = spark_env.session()
@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> None:
                         _run("quota", lambda: quota.run_suite(spark, ep.url, q), results)
                     if "tasks" in only:
                         _run("tasks", lambda: tasks.run_suite(spark, ep.url, q), results)
+                    if "overread" in only:
+                        _run("overread", lambda: overread.run_suite(spark, ep.url, q), results)
                 finally:
                     spark.stop()
     results["targets"] = report.targets(results)

@@ -40,6 +40,11 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{new:.1f}x with new data, {idle:.1f}x idle", max(new, idle) <= 3.0)
     _quota_targets(add, res.get("quota"))
     _tasks_targets(add, res.get("tasks"))
+    over = res.get("overread")
+    if over:
+        ratio = over["executor_ratio"]
+        add(f"executor bytes read / bytes in the ranges, {over['bytes_per_second_per_shard'] / 1e6:g} MB/s per shard",
+            "<= 1.1", ratio, f"{ratio:.3f}", ratio <= 1.1)
     commits = {r["shards"]: r for r in res.get("commit", [])}
     if 1000 in commits:
         c = commits[1000]
@@ -147,7 +152,8 @@ def _s(s: dict[str, Any], digits: int = 0, scale: float = 1.0) -> str:
     return f"{s['median'] * scale:,.{digits}f} ({s['spread'] * scale:,.{digits}f})"
 
 
-SUITES = ("read_path", "kpl", "commit", "planning", "memory", "e2e", "e2e_canned", "overhead", "quota", "tasks")
+SUITES = ("read_path", "kpl", "commit", "planning", "memory", "e2e", "e2e_canned", "overhead", "quota", "tasks",
+          "overread")
 _RUN_KEYS = ("command", "date", "quick", "machine", "results_file")
 
 
@@ -221,7 +227,7 @@ def render(res: dict[str, Any]) -> str:
         lines.append(f"| {t['target']} | {t['goal']} | {t['shown']} | "
                      f"{'pass' if t['pass'] else '**fail**'} |")
     lines += _read_path(res) + _kpl(res) + _e2e(res) + _planning(res) + _commit(res)
-    lines += _overhead(res) + _memory(res) + _quota(res) + _tasks(res) + ["", END]
+    lines += _overhead(res) + _memory(res) + _quota(res) + _tasks(res) + _overread(res) + ["", END]
     return "\n".join(lines)
 
 
@@ -422,6 +428,26 @@ def _tasks(res: dict[str, Any]) -> list[str]:
     if "ratio_1000_over_10" in t:
         out += ["", f"1,000 / 10 shards (grouped): {t['ratio_1000_over_10']:.2f}x the batch time."]
     return out
+
+
+def _overread(res: dict[str, Any]) -> list[str]:
+    o = res.get("overread")
+    if not o:
+        return []
+    return [
+        "", f"### 9. Over-reading (quota-enforcing proxy in front of moto; {o['shards']} shards, "
+        f"{o['bytes_per_second_per_shard'] / 1e6:g} MB/s per shard in {o['record_bytes']:,}-byte records for "
+        f"{o['seconds_fed']:.0f} s)", "",
+        "Bytes of `GetRecords` answers (data and partition keys) counted on the proxy by caller, against "
+        "the bytes of every record fed (each lies in exactly one range); the source's own figures "
+        "from its progress report beside them.", "",
+        "| records fed / read | batches | range bytes | executors read | ratio | driver read | ratio | "
+        "reported by executors: read, outside their ranges |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {o['records_fed']:,} / {o['rows_read']:,} | {o['batches']} | {o['range_bytes']:,} | "
+        f"{o['executor_bytes']:,} | {o['executor_ratio']:.3f} | {o['driver_bytes']:,} | {o['driver_ratio']:.3f} | "
+        f"{o['reported_read_bytes']:,}, {o['reported_extra_bytes']:,} |",
+    ]
 
 
 def _commit(res: dict[str, Any]) -> list[str]:

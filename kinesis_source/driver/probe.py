@@ -60,7 +60,9 @@ _OPENERS_PER_SHARD = 4  # a batch starts at one of the last few probes' starts
 # Records a probe reads on from its last tip in one call. What it reads, the executors read
 # again, from the shard's shared 2 MiB/s: so few that a quiet shard costs one call per probe and
 # a busy one costs the driver a few KB (it then jumps near the tip), not the batch's bytes twice.
+# Fewer where records are large: about WARM_READ_BYTES, by the shard's records seen so far.
 WARM_READ_LIMIT = 10
+WARM_READ_BYTES = 10_000
 # Where a probe must find an answer (LATEST, a Trigger.AvailableNow target), probes of shards
 # that crossed only empty pages are repeated, this far apart: each makes at most
 # MAX_EMPTY_HOPS + 1 calls, so a settling shard costs at most 2 GetRecords/s of the 5 per shard
@@ -96,6 +98,7 @@ class TailProber:
         self._continuations: dict[ShardId, tuple[str, str, float]] = {}
         # shard -> position string -> (iterator read from there, first record, monotonic time)
         self._openers: dict[ShardId, OrderedDict[str, tuple[str, str | None, float]]] = {}
+        self._record_bytes: dict[ShardId, float] = {}  # a shard's records' size, as last read
 
     def _take(self, stream: str, shard: str, start: Position) -> str | None:
         cached = self._continuations.pop(ShardId(stream, shard), None)
@@ -140,11 +143,12 @@ class TailProber:
         # From the iterator the last probe left at the tip, what follows is what arrived since:
         # read it (one call in steady state). From anywhere else, one record, then look near the
         # tip, so that a backlog is not read on the driver.
-        limit = min(WARM_READ_LIMIT, self._page_limit) if cached is not None else 1
+        key = ShardId(stream, shard)
+        limit = self._warm_limit(key) if cached is not None else 1
         if cached is not None:
             page = await k.page_at(stream, shard, start, limit, cached)
             if page.records:
-                self._hand_over(ShardId(stream, shard), start, cached, page.records[0]["SequenceNumber"])
+                self._hand_over(key, start, cached, page.records[0]["SequenceNumber"])
         else:
             page = await self._open(stream, shard, start, limit)
         hops = 0
@@ -159,6 +163,7 @@ class TailProber:
             if page.at_tip:
                 return ProbeResult()
             return ProbeResult(behind_ms=page.behind_ms, pending=True)
+        self._record_bytes[key] = sum(len(r["Data"]) for r in page.records) / len(page.records)
         if cap is not None and seq_key(page.records[0]["SequenceNumber"]) > seq_key(cap):
             return ProbeResult(behind_ms=page.behind_ms)
         end, cont = page.records[-1]["SequenceNumber"], page.next_iterator
@@ -172,6 +177,13 @@ class TailProber:
             return ProbeResult(tip=cap, behind_ms=page.behind_ms)
         self.keep(stream, shard, Position.after(end), cont)
         return ProbeResult(tip=end, behind_ms=page.behind_ms, counted=counted)
+
+    def _warm_limit(self, key: ShardId) -> int:
+        """``Limit`` of a probe reading on from its last tip: ``WARM_READ_LIMIT`` records, or
+        fewer where they are large (``WARM_READ_BYTES``)."""
+        size = self._record_bytes.get(key)
+        fit = WARM_READ_LIMIT if not size else max(1, int(WARM_READ_BYTES // size))
+        return min(WARM_READ_LIMIT, fit, self._page_limit)
 
     async def _beyond(self, stream: str, shard: str, page: Page) -> tuple[str | None, str | None]:
         """The newest record after ``page`` and the iterator after it: from an ``AT_TIMESTAMP``
@@ -216,6 +228,7 @@ class TailProber:
         """Drop what is kept for a shard that left the query."""
         self._continuations.pop(key, None)
         self._openers.pop(key, None)
+        self._record_bytes.pop(key, None)
         self._kinesis.forget(key)
 
     async def _open(self, stream: str, shard: str, start: Position, limit: int) -> Page:

@@ -34,9 +34,6 @@ from kinesis_source.positions import AFTER, Position, ShardRange, seq_key
 log = logging.getLogger(__name__)
 
 MAX_BOOKED_WAIT_S = 5.0
-# Records asked for past a range of known size: what arrived since planning, up to this many,
-# tells the driver the shard's next tip without reading the next batch's bytes twice.
-LOOKAHEAD = 10
 
 
 class RangeReader(RangeReaderBase):
@@ -54,7 +51,8 @@ class RangeReader(RangeReaderBase):
         records: int | None = None,
     ) -> None:
         """``records``: how many records the range holds, when planning knows (then each call
-        asks for what is left of them and ``LOOKAHEAD`` more, not ``limit``)."""
+        asks for what is left of them, not ``limit``: records past the end would be read again
+        by the next batch, from the shard's shared 2 MiB/s)."""
         super().__init__(rng, fail_on_data_loss)
         self._client = client
         self._limit = limit
@@ -99,12 +97,12 @@ class RangeReader(RangeReaderBase):
 
     def _page_limit(self) -> int:
         """``Limit`` of the next call: what the range still holds (and the opening's check
-        record) plus ``LOOKAHEAD``, when its size is known; else ``limit``."""
+        record), when its size is known; else ``limit``."""
         if self._records is None:
             return self._limit
         cursor = self._cursor
         left = max(0, self._records - cursor.read) + (1 if cursor.unchecked else 0)
-        return max(1, min(self._limit, left + LOOKAHEAD))
+        return max(1, min(self._limit, left))
 
     def _called(self, op: str) -> None:
         self.calls += 1

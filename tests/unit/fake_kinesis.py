@@ -46,6 +46,7 @@ class FakeKinesis:
         self.shards = shards
         self.served: list[str] = []  # sequence numbers returned by GetRecords, in order
         self.calls: list[str] = []
+        self.limits: list[int] = []  # the Limit of every GetRecords, in order
         self.expire_next: int = 0  # the next N GetRecords calls raise ExpiredIteratorException
         # Added to every non-zero MillisBehindLatest, as if it were measured to "now".
         self.behind_extra_ms: int = 0
@@ -72,6 +73,7 @@ class FakeKinesis:
 
     def get_records(self, ShardIterator, Limit):
         self.calls.append("GetRecords")
+        self.limits.append(Limit)
         if self.expire_next:
             self.expire_next -= 1
             raise _error("ExpiredIteratorException")

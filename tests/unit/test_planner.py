@@ -121,6 +121,25 @@ def test_a_busy_shard_is_not_read_twice_by_the_probe():
     assert kinesis.records_fetched - fetched <= 20, kinesis.records_fetched - fetched
 
 
+@pytest.mark.parametrize("payload_bytes", [10, 10_000])
+def test_the_probes_warm_read_asks_for_fewer_records_where_they_are_large(payload_bytes):
+    """The warm read's records are read again by the executors: about WARM_READ_BYTES of them,
+    by the size of the shard's records seen so far (10 KB records: one; small ones: the usual
+    WARM_READ_LIMIT)."""
+    from kinesis_source.driver.probe import WARM_READ_BYTES, WARM_READ_LIMIT
+
+    recs = log_of(30)
+    shard = FakeShard(recs[:10], payloads={seq: b"x" * payload_bytes for seq, _ in recs})
+    fake, _, prober = prober_for({"a": shard})
+    limits = fake.limits
+    tip = probe(prober, Position.trim_horizon()).tip
+    shard.records += recs[10:12]
+    limits.clear()
+    assert probe(prober, Position.after(tip)).tip == recs[11][0]
+    assert limits[0] == min(WARM_READ_LIMIT, max(1, WARM_READ_BYTES // payload_bytes))
+    assert limits[0] == (1 if payload_bytes == 10_000 else WARM_READ_LIMIT)
+
+
 def test_expired_continuation_is_re_derived():
     recs = log_of(10)
     fake, kinesis, prober = prober_for({"a": FakeShard(recs)})

@@ -210,38 +210,33 @@ def test_an_iterator_reported_after_the_start_record_is_read_on_without_a_new_on
     assert not wrong.handed_over and "GetShardIterator" in fake.calls
 
 
-def test_a_range_of_known_size_is_read_with_what_it_holds_and_a_short_look_ahead():
+def test_a_range_of_known_size_is_read_with_what_it_holds():
     """With ``records`` known, the reader asks for the range's records (and the opening's check
-    record) plus ``LOOKAHEAD``, not ``maxRecordsPerFetch``: what lies past the end is the next
-    batch's, read again then. Its report says how many it saw past the end, and the bytes."""
-    from kinesis_source.executor.polling import LOOKAHEAD
-
+    record), not ``maxRecordsPerFetch``: what lies past the end is the next batch's, which would
+    read it again. Its report says what it read: the bytes, and of them outside the range."""
     recs = log_of(200)
     fake = FakeKinesis({"a": FakeShard(recs)})
-    limits = []
-    real = fake.get_records
-
-    def recording(ShardIterator, Limit):
-        limits.append(Limit)
-        return real(ShardIterator=ShardIterator, Limit=Limit)
-
-    fake.get_records = recording
+    limits = fake.limits
     rng = ShardRange("s", "a", Position.after(recs[9][0]), recs[39][0])
     reader = RangeReader(fake, rng, 10000, records=30)
     seqs = [r["SequenceNumber"] for page in reader.pages() for r in page]
     assert seqs == [s for s, _ in recs[10:40]]
-    assert limits == [30 + 1 + LOOKAHEAD]
+    assert limits == [30 + 1]
     tip = reader.tip_report()
-    assert tip is not None and tip.seq == recs[39 + LOOKAHEAD][0] and tip.past == LOOKAHEAD
-    assert tip.end == recs[39][0]
-    size = len(f"d{recs[0][0]}".encode())  # the fake's payloads: equal sizes
-    assert (tip.read_bytes, tip.extra_bytes) == ((31 + LOOKAHEAD) * size, (1 + LOOKAHEAD) * size)
+    assert tip is not None and (tip.seq, tip.end, tip.past) == (recs[39][0], recs[39][0], 0)
+
+    def size(records):  # the fake's payloads
+        return sum(len(f"d{seq}".encode()) for seq, _ in records)
+
+    assert (tip.read_bytes, tip.extra_bytes) == (size(recs[9:40]), size(recs[9:10]))  # the check record
 
     # Unknown size: maxRecordsPerFetch, and everything up to the tip is read past the end.
     limits.clear()
     reader = RangeReader(fake, rng, 10000)
     assert [r["SequenceNumber"] for page in reader.pages() for r in page] == seqs
-    assert limits == [10000] and reader.tip_report().past == 200 - 40
+    assert limits == [10000]
+    tip = reader.tip_report()
+    assert tip.past == 200 - 40 and tip.extra_bytes == size(recs[9:10]) + size(recs[40:])
 
 
 def test_a_known_size_too_small_costs_a_call_never_a_record():
