@@ -391,7 +391,7 @@ class Planner:
             opener = self._prober_ready().opener(rng.shard, rng.start)
             at, self._bookings[rng.shard] = self.budget.book_read(rng.shard, opener is None, now)
             self._booked += 1
-            records = self._tips.count(rng.shard, rng.start, rng.end_seq) if self._tips is not None else None
+            records = self._tips.read_size(rng.shard, rng.start, rng.end_seq) if self._tips is not None else None
             out[rng.shard] = (opener, wall + (at - now), records)
         return out, address
 

@@ -45,6 +45,10 @@ PROBE_CONCURRENCY = 64
 THROTTLED_PAUSE_S = 5.0  # after a probe throttled beyond botocore's retries
 IDLE_JITTER = 0.2  # an idle shard's interval is stretched by up to this fraction
 MAX_ORDINALS = 16  # counted sequence numbers kept per shard (the last few batches' ends)
+# A shard whose ranges hold at least this many bytes a second is read with exact sizes: what an
+# executor would read past its end costs more of the shard's 2 MiB/s than the probe that then
+# finds the tip costs of its calls. Below, the read goes past the end and its report is the tip.
+EXACT_READ_BYTES_PER_S = 100_000
 
 
 @dataclass
@@ -66,6 +70,8 @@ class ShardTip:
     # Record counts where reads saw every record: each sequence number's place in one run of
     # records, so that a range between two of them has a known size (see TipTable.count).
     ordinals: dict[str, int] = field(default_factory=dict)
+    reported_at: float | None = None  # monotonic: the last executor report
+    byte_rate: float = 0.0  # bytes a second in the ranges executors read (their reports)
 
     def state(self) -> tuple:
         """What the entry's answers depend on."""
@@ -215,6 +221,10 @@ class TipTable:
         self._unreported.discard(key)
         if tip.end is not None and seq_key(tip.seq) >= seq_key(tip.end):
             self._counted(entry, tip.end, tip.seq, tip.past)
+        if entry.reported_at is not None and now > entry.reported_at:
+            rate = max(0, tip.read_bytes - tip.extra_bytes) / (now - entry.reported_at)
+            entry.byte_rate = (entry.byte_rate + rate) / 2
+        entry.reported_at = now
         newer = entry.tip is None or seq_key(tip.seq) > seq_key(entry.tip)
         if newer:
             entry.tip, entry.idle = tip.seq, 0
@@ -251,6 +261,15 @@ class TipTable:
         if first is None or last is None or last < first:
             return None
         return last - first
+
+    def read_size(self, key: ShardId, start: Position, end_seq: str) -> int | None:
+        """The size an executor reads a range with: its :meth:`count`, where the shard's ranges
+        hold ``EXACT_READ_BYTES_PER_S`` or more (else None: reading past the end costs little,
+        and the read's report then is the shard's next tip, with no probe)."""
+        entry = self.entries.get(key)
+        if entry is None or entry.byte_rate < EXACT_READ_BYTES_PER_S:
+            return None
+        return self.count(key, start, end_seq)
 
     def _counted(self, entry: ShardTip, after: str, to: str, records: int) -> None:
         """A read saw all ``records`` records after ``after`` up to ``to``."""

@@ -203,7 +203,11 @@ def test_the_reported_call_times_replace_the_reads_booking_in_the_ledger():
 def test_ranges_get_their_size_when_reports_and_probes_saw_every_record():
     """A report says how many records the read saw past its range's end: the next range, from
     that end to the reported tip, holds exactly that many; a probe that read on from there to
-    the tip without skipping adds what it read. A probe that jumped near the tip knows no size."""
+    the tip without skipping adds what it read. A probe that jumped near the tip knows no size.
+    Executors get the size only for shards whose ranges move many bytes a second (below that,
+    reading past the end is cheaper than the probe that would then find the tip)."""
+    from kinesis_source.driver.tips import EXACT_READ_BYTES_PER_S
+
     recs = log_of(200)
     fake = TimedFake({"a": FakeShard(recs[:10])})
     planner = reporting_planner(fake)
@@ -215,20 +219,25 @@ def test_ranges_get_their_size_when_reports_and_probes_saw_every_record():
         fake.shards["a"].records.extend(recs[10:16])
         # the executor read to record 9 and saw 6 more past it
         assert sender.send_reports(address, [TipReport(A, recs[15][0], 0, "a|16|0", {}, recs[9][0], 6, 1, 1)])
+        tips = planner._tips
         nxt = planner.latest_offset(end)
         assert nxt.shards[A] == Position.after(recs[15][0])
-        booked, _ = planner.hand_over(plan_ranges(end, nxt))
-        assert booked[A][2] == 6
+        assert tips.count(A, end.shards[A], recs[15][0]) == 6
+        assert planner.hand_over(plan_ranges(end, nxt))[0][A][2] is None  # a quiet shard: no size
         # the probe goes on from the reported iterator and reads the 3 new records to the tip
         fake.shards["a"].records.extend(recs[16:19])
         wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[18][0]),
                  timeout=10, what="the probe's tip")
-        longer = planner.latest_offset(end)
-        assert planner.hand_over(plan_ranges(end, longer))[0][A][2] == 9
+        assert tips.count(A, end.shards[A], recs[18][0]) == 9
+        # a busy shard (its reads' ranges hold many bytes a second): executors get the size
+        busy = int(EXACT_READ_BYTES_PER_S * 10)  # bytes per report, a report well within 10 s
+        for _ in range(2):
+            assert sender.send_reports(address, [TipReport(A, recs[18][0], 0, None, {}, recs[18][0], 0, busy, 0)])
+        assert planner.hand_over(plan_ranges(end, planner.latest_offset(end)))[0][A][2] == 9
         # a backlog the probe does not read (it looks near the tip): no size
         fake.shards["a"].records.extend(recs[19:150])
         wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[149][0]),
                  timeout=10, what="the tip past the backlog")
-        assert planner.hand_over(plan_ranges(end, planner.latest_offset(end)))[0][A][2] is None
+        assert tips.count(A, end.shards[A], recs[149][0]) is None
     finally:
         planner.close()
