@@ -23,7 +23,6 @@ as many partitions as our batches had in the same turn: the floor target compare
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
@@ -36,13 +35,11 @@ from benchmarks import spark_env
 from benchmarks.common import (
     create_stream,
     describe,
-    local_env,
     settings,
     shard_hash_keys,
     source_options,
     summary,
 )
-from kinesis_source.tools.local import LocalEndpoint
 
 SHARDS = 4
 PRODUCER_INTERVAL_S = 0.010
@@ -186,16 +183,9 @@ def _median_phases(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 def main() -> None:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    local_env()
-    with LocalEndpoint() as ep:
-        spark = spark_env.session()
-        try:
-            run_suite(spark, ep.url, args.quick)
-        finally:
-            spark.stop()
+    from benchmarks import spark_env
+
+    spark_env.suite_main(__doc__, run_suite)
 
 
 if __name__ == "__main__":

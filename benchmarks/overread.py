@@ -15,68 +15,27 @@ from its progress report) are shown beside them.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import tempfile
-import threading
 import time
 from typing import Any
 
 import boto3
 from botocore.config import Config
 
-from benchmarks.common import REGION, create_stream, local_env, source_options
+from benchmarks.common import REGION, create_stream, source_options
 from benchmarks.overhead import _report
 from benchmarks.quota import _rows_read, _shard_ids, _start, _wait
-from tests.support.quota import QuotaProxy
+from tests.support.quota import Feeder, QuotaProxy
 
 SHARDS = 4
 RECORD_BYTES = 10_000
 BYTES_PER_S = 1_000_000  # per shard
-ROUNDS_PER_S = 10  # PutRecords calls a second, each with a share of every shard's records
-PARTITION_KEY = "k"
+ROUNDS_PER_S = 10  # PutRecords calls a second, each with a tenth of a second of every shard's records
+PARTITION_KEY = "k"  # the Feeder's
 FIRST_BATCH_TIMEOUT_S = 120.0
 CATCH_UP_TIMEOUT_S = 120.0
-
-
-class BulkFeeder:
-    """Writes ``per_shard_bytes_per_s`` to each of ``shards`` in ``ROUNDS_PER_S`` rounds a
-    second (one ``PutRecords`` per round); ``fed`` counts the records written."""
-
-    def __init__(self, client: Any, stream: str, shards: list[str], per_shard_bytes_per_s: int) -> None:
-        listed = {s["ShardId"]: s["HashKeyRange"]["StartingHashKey"]
-                  for s in client.list_shards(StreamName=stream)["Shards"]}
-        per_round = max(1, per_shard_bytes_per_s // RECORD_BYTES // ROUNDS_PER_S)
-        self._records = [
-            {"Data": b"x" * RECORD_BYTES, "PartitionKey": PARTITION_KEY, "ExplicitHashKey": listed[s]}
-            for s in shards for _ in range(per_round)
-        ]
-        self._client, self._stream = client, stream
-        self.fed = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        began, n = time.monotonic(), 0
-        while not self._stop.is_set():
-            n += 1
-            resp = self._client.put_records(StreamName=self._stream, Records=self._records)
-            self.fed += sum(1 for r in resp["Records"] if "SequenceNumber" in r)
-            # pacing to the rate, not waiting for a condition
-            self._stop.wait(max(0.0, began + n / ROUNDS_PER_S - time.monotonic()))
-
-    def __enter__(self) -> BulkFeeder:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """No more rounds (the one being put completes)."""
-        self._stop.set()
-        self._thread.join(timeout=60)
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
 
 def measure(spark: Any, url: str, measure_s: float) -> dict[str, Any]:
@@ -93,12 +52,12 @@ def measure(spark: Any, url: str, measure_s: float) -> dict[str, Any]:
         query = _start(spark, options, checkpoint)
         try:
             _wait(lambda: bool(query.recentProgress), FIRST_BATCH_TIMEOUT_S, "the query's first batch", query)
-            with BulkFeeder(client, stream, shards, BYTES_PER_S) as feeder:
+            per_round = max(1, BYTES_PER_S // RECORD_BYTES // ROUNDS_PER_S)
+            with Feeder(client, stream, shards, ROUNDS_PER_S, RECORD_BYTES, per_round) as feeder:
                 time.sleep(measure_s)  # the measured window: the query runs, nothing is awaited
-                feeder.stop()
-                _wait(lambda: _rows_read(query) >= feeder.fed, CATCH_UP_TIMEOUT_S,
-                      f"every record fed ({feeder.fed})", query)
-            fed, rows = feeder.fed, _rows_read(query)
+            fed = len(feeder.sent)
+            _wait(lambda: _rows_read(query) >= fed, CATCH_UP_TIMEOUT_S, f"every record fed ({fed})", query)
+            rows = _rows_read(query)
             progress = [json.loads(p.json) for p in query.recentProgress]
         finally:
             query.stop()
@@ -145,20 +104,9 @@ def _print(r: dict[str, Any]) -> None:
 
 def main() -> None:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    local_env()
     from benchmarks import spark_env
-    from kinesis_source.tools.local import LocalEndpoint
 
-    with LocalEndpoint() as ep:
-        spark = spark_env.session()
-        try:
-            out = run_suite(spark, ep.url, args.quick)
-        finally:
-            spark.stop()
-    print(json.dumps(out, indent=1, sort_keys=True))
+    spark_env.suite_main(__doc__, run_suite)
 
 
 if __name__ == "__main__":

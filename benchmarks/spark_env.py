@@ -3,10 +3,12 @@ baseline registered, and running a query to the ``noop`` sink until it has read 
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.common import local_env
@@ -98,3 +100,21 @@ def read_backlog(spark: Any, fmt: str, options: dict[str, str], expected: int,
         "wall_seconds": wall,
         "phases": phases,
     }
+
+
+def suite_main(doc: str, run_suite: Callable[[Any, str, bool], Any]) -> None:
+    """The command line of a Spark benchmark suite: ``--quick``; a local endpoint and a
+    session for ``run_suite(spark, url, quick)``, whose results are printed as JSON."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    local_env()
+    from kinesis_source.tools.local import LocalEndpoint
+
+    with LocalEndpoint() as ep:
+        spark = session()
+        try:
+            out = run_suite(spark, ep.url, args.quick)
+        finally:
+            spark.stop()
+    print(json.dumps(out, indent=1, sort_keys=True))

@@ -18,7 +18,6 @@ The acceptance ratio is the 1,000-shard batch time over the 10-shard one, groupe
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
@@ -29,7 +28,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from benchmarks.common import REGION, create_stream, local_env, source_options, summary
+from benchmarks.common import REGION, create_stream, source_options, summary
 from benchmarks.overhead import _report
 from benchmarks.quota import Feeders, _shard_ids, _start, _wait
 from kinesis_source.driver.tasks import shards_per_task
@@ -154,20 +153,9 @@ def _print(r: dict[str, Any]) -> None:
 
 def main() -> None:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    local_env()
     from benchmarks import spark_env
-    from kinesis_source.tools.local import LocalEndpoint
 
-    with LocalEndpoint() as ep:
-        spark = spark_env.session()
-        try:
-            out = run_suite(spark, ep.url, args.quick)
-        finally:
-            spark.stop()
-    print(json.dumps(out, indent=1, sort_keys=True))
+    spark_env.suite_main(__doc__, run_suite)
 
 
 if __name__ == "__main__":

@@ -313,13 +313,17 @@ class Neighbour:
 
 
 class Feeder:
-    """Writes ``per_shard_rate`` records a second to each of ``shards`` (ids) of ``stream``,
-    straight to the backend, until stopped; ``sent`` holds ``(shard id, seq, data)``."""
+    """Writes ``per_shard_rate`` rounds a second to each of ``shards`` (ids) of ``stream`` (a
+    round: ``per_round`` records of ``size`` bytes per shard, one ``PutRecords``), straight to
+    the backend, until stopped; ``sent`` holds ``(shard id, seq, data)``."""
 
-    def __init__(self, client: Any, stream: str, shards: Iterable[str], per_shard_rate: float, size: int = 100):
+    def __init__(
+        self, client: Any, stream: str, shards: Iterable[str], per_shard_rate: float, size: int = 100,
+        per_round: int = 1,
+    ):
         listed = client.list_shards(StreamName=stream)["Shards"]
         starts = {s["ShardId"]: s["HashKeyRange"]["StartingHashKey"] for s in listed}
-        self._targets = [(shard, starts[shard]) for shard in shards]
+        self._targets = [(shard, starts[shard]) for shard in shards for _ in range(per_round)]
         self._client, self._stream = client, stream
         self._rate, self._size = per_shard_rate, size
         self.sent: list[tuple[str, str, bytes]] = []
