@@ -399,8 +399,7 @@ class Planner:
         """Driver-side cost so far (``latestOffset`` answers and the last one's time, background
         probes, AWS calls, records fetched, seconds calls waited for the budget, executor reads
         booked, the data bytes executors reported reading and, of them, outside their ranges)
-        and, per
-        shard of the last answer, the tip and how far behind it the batch started."""
+        and, per shard of the last answer, the tip and how far behind it the batch started."""
         k = self._kinesis
         return {
             "probes": self.probes,
