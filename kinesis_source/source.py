@@ -251,7 +251,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         return [RangePartition.of(task, settings, self._opts, report_to) for task in group(reads, per_task)]
 
     def read(self, partition: RangePartition) -> Iterator[Any]:  # type: ignore[override]
-        """Replay one range in order as Arrow batches (runs on an executor)."""
+        """Replay a task's ranges, each in order, as Arrow batches (runs on an executor)."""
         return read_partition(partition)
 
     def commit(self, end: dict) -> None:
