@@ -85,10 +85,14 @@ def interleave(sources: list[Iterator[T]], threads: int, depth: int) -> Iterator
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             error = exc
         finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
-            buffer.finish(error)
+            try:
+                close = getattr(source, "close", None)
+                if close is not None:
+                    close()
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+                error = error or exc
+            finally:
+                buffer.finish(error)  # always: the consumer waits for every source to finish
 
     pool = ThreadPoolExecutor(max_workers=max(1, min(threads, len(sources))), thread_name_prefix="kinesis-ddb-read")
     try:

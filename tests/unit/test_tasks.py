@@ -87,3 +87,38 @@ def test_interleave_bounds_what_waits_and_closing_it_stops_the_readers():
     assert len(produced) == 5
     gen.close()
     wait_for(closed.is_set, timeout=10, what="the reader to stop after the consumer left")
+
+
+def test_interleave_finishes_when_closing_a_source_fails():
+    """A source whose close fails (a subscription that will not close) must still count as
+    finished, or the task would wait for it forever; its error reaches the consumer."""
+
+    class Unclosable:
+        def __init__(self):
+            self.items = iter([1, 2])
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            return next(self.items)
+
+        def close(self):
+            raise OSError("cannot close")
+
+    def fine():
+        yield 3
+
+    done = threading.Event()
+    failures = []
+
+    def consume():
+        try:
+            list(interleave([Unclosable(), fine()], threads=2, depth=4))
+        except OSError as exc:
+            failures.append(exc)
+        done.set()
+
+    threading.Thread(target=consume, daemon=True).start()
+    wait_for(done.is_set, timeout=10, what="interleave to finish")
+    assert [str(e) for e in failures] == ["cannot close"]
