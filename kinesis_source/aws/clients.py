@@ -9,18 +9,16 @@ kept out of ``repr``.
 from __future__ import annotations
 
 import functools
-import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from kinesis_source.aws.retries import RetryRule
 from kinesis_source.errors import OptionError
 from kinesis_source.options import SourceOptions
-
-log = logging.getLogger(__name__)
 
 # Connect and read timeouts: a dead endpoint should surface as a retried timeout, not a hang.
 _CONNECT_TIMEOUT_S = 10
@@ -81,8 +79,11 @@ class AwsSettings:
     role_session_name: str = "kinesis-ddb"
     role_external_id: str | None = field(default=None, repr=False)
     sts_endpoint_url: str | None = None
-    max_attempts: int = 10
+    max_retries: int = 10
     retry_base_delay_ms: int = 1000
+    # The driver's and the CLI's clients: "could not connect" before any answer is an error in
+    # the endpoint options, not an outage (see retries.py).
+    fail_fast_unreached: bool = False
 
     @staticmethod
     def for_kinesis(opts: SourceOptions) -> AwsSettings:
@@ -98,12 +99,20 @@ class AwsSettings:
             **_credentials(opts),
         )
 
+    def retry_rule(self) -> RetryRule:
+        """How this client's calls are retried (``maxRetries``, ``retryBaseDelayMs``)."""
+        return RetryRule(self.max_retries, self.retry_base_delay_ms, self.fail_fast_unreached)
+
+    def failing_fast(self) -> AwsSettings:
+        """These settings for a client that gives up at once on an endpoint it never reached."""
+        return replace(self, fail_fast_unreached=True)
+
     def _config(self) -> Config:
         # Every request is built by this package from validated options, so botocore's
         # client-side parameter validation only costs time (70% of a 1,000-position commit's
         # client time, docs/benchmarks.md); the service still validates.
         return Config(
-            retries={"mode": "standard", "max_attempts": self.max_attempts},
+            retries={"mode": "standard", "total_max_attempts": self.max_retries + 1},
             connect_timeout=_CONNECT_TIMEOUT_S,
             read_timeout=_READ_TIMEOUT_S,
             parameter_validation=False,
@@ -162,7 +171,7 @@ class AwsSettings:
                 )
             _tune(session, service)
             client = session.create_client(service, config=self._config(), **self._client_kwargs())
-            _scale_backoff(client, self.retry_base_delay_ms)
+            self.retry_rule().install(client)
             _fix_user_agent(client)
             return client
         except Exception as exc:  # noqa: BLE001 - reworded below, original chained
@@ -202,7 +211,7 @@ class AwsSettings:
             _tune(session, service)
             creator = session.create_client(service, config=config, **self._client_kwargs())
             client = await creator.__aenter__()
-            _scale_backoff(client, self.retry_base_delay_ms)
+            self.retry_rule().install(client)
             _fix_user_agent(client)
             return client
         except Exception as exc:  # noqa: BLE001 - reworded below, original chained
@@ -219,32 +228,9 @@ def _credentials(opts: SourceOptions) -> dict[str, Any]:
         "role_session_name": opts.role_session_name,
         "role_external_id": opts.role_external_id,
         "sts_endpoint_url": opts.sts_endpoint_url,
-        "max_attempts": opts.max_retries,
+        "max_retries": opts.max_retries,
         "retry_base_delay_ms": opts.retry_base_delay_ms,
     }
-
-
-def _scale_backoff(client: Any, base_ms: int) -> None:
-    """Set the base of the standard retry mode's backoff on one client.
-
-    botocore has no setting for it: the scale lives on the backoff object of the client's
-    ``needs-retry`` handler. If a botocore release moves it, the default backoff stays and a
-    warning says so.
-    """
-    service = client.meta.service_model.service_id.hyphenize()
-    emitter = getattr(client.meta.events, "_emitter", client.meta.events)
-    entry = getattr(emitter, "_unique_id_handlers", {}).get(f"retry-config-{service}", {})
-    handler = getattr(entry.get("handler"), "__self__", None)
-    backoff = getattr(getattr(handler, "_retry_policy", None), "_retry_backoff", None)
-    if backoff is None or not hasattr(backoff, "_DEFAULT_BACKOFF_CONFIG"):
-        log.warning("retryBaseDelayMs is not applied: this botocore keeps its backoff elsewhere")
-        return
-    scale = base_ms / 1000
-    backoff._DEFAULT_BACKOFF_CONFIG = {
-        "throttling_base_scale": scale,
-        "non_throttling_base_scale": scale / 20,
-    }
-    backoff._SERVICE_BACKOFF_CONFIG = {}
 
 
 def _fix_user_agent(client: Any) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
@@ -24,6 +24,7 @@ from tenacity import (
 )
 
 from kinesis_source.aws.clients import error_code
+from kinesis_source.aws.retries import is_connect_error
 from kinesis_source.errors import KinesisSourceError, ShardNotFoundError
 from kinesis_source.positions import Position
 
@@ -130,15 +131,24 @@ class Page:
 
 @contextmanager
 def stream_must_exist(stream: str) -> Iterator[None]:
-    """Turn ``ResourceNotFoundException`` into an error that says which option to check."""
+    """Turn ``ResourceNotFoundException``, and an endpoint that cannot be reached, into errors
+    that say which option to check. The original error is in the message, not chained: the
+    user sees one traceback, with this message on its last line."""
     try:
         yield
     except ClientError as exc:
         if error_code(exc) == NOT_FOUND:
             raise KinesisSourceError(
-                f"Kinesis stream '{stream}' was not found ({exc}); check option 'streamName' "
-                "and option 'region'/'endpointUrl'"
-            ) from exc
+                f"Kinesis stream '{stream}' was not found: check option 'streamName' "
+                f"(and 'region'/'endpointUrl' if the stream is elsewhere). AWS said: {exc}"
+            ) from None
+        raise
+    except BotoCoreError as exc:
+        if is_connect_error(exc):
+            raise KinesisSourceError(
+                f"Could not connect to Kinesis for stream '{stream}': check option "
+                f"'endpointUrl' (or 'region' when no endpoint is set). {exc}"
+            ) from None
         raise
 
 

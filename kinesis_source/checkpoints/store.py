@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kinesis_source.aws.clients import error_code
+from kinesis_source.aws.retries import is_connect_error
 from kinesis_source.checkpoints.format import (
     FORMAT_VERSION,
     MAX_INLINE_SPEC,
@@ -82,6 +83,13 @@ def _names_the_table(method: F) -> F:
         try:
             return method(self, *args, **kwargs)
         except (ClientError, BotoCoreError) as exc:
+            if is_connect_error(exc):
+                # The whole story is in the message: no second, chained traceback.
+                raise CheckpointError(
+                    f"Could not connect to DynamoDB for {self._where()}: check option "
+                    "'dynamodbEndpointUrl' (or 'dynamodbRegion'/'region' when no endpoint is "
+                    f"set). {exc}"
+                ) from None
             raise CheckpointError(
                 f"DynamoDB failed for {self._where()}: {exc}. Check option "
                 "'dynamodbEndpointUrl'/'dynamodbRegion', the credentials' DynamoDB permissions "

@@ -72,7 +72,7 @@ class Application:
     def for_options(opts: SourceOptions, catalogue: ShardCatalogue) -> Application:
         """The application named by the options, on the checkpoint table they name."""
         store = CheckpointStore(
-            AwsSettings.for_dynamodb(opts).boto3_client("dynamodb"),
+            AwsSettings.for_dynamodb(opts).failing_fast().boto3_client("dynamodb"),
             opts.checkpoint_table,
             opts.application_name,
         )
@@ -86,8 +86,10 @@ class Application:
     def claim(self) -> int:
         """The run's epoch, claiming the application first if this run has not yet: the
         table is made ready, format-1 rows migrated, a re-created stream refused and every
-        stream's identity recorded."""
+        stream's identity recorded. The streams are looked up first, so a wrong stream name or
+        Kinesis endpoint fails before the application is claimed (and fences anybody)."""
         if self.epoch is None:
+            self.catalogue.stream_identities()
             self.store.ensure_table(self.opts.create_table)
             meta = self.store.claim(self.owner, socket.gethostname())
             snapshot = self.store.snapshot()

@@ -98,7 +98,7 @@ class Planner:
 
     async def _client(self) -> AsyncKinesis:
         if self._kinesis is None:
-            settings = AwsSettings.for_kinesis(self._opts)
+            settings = AwsSettings.for_kinesis(self._opts).failing_fast()
             self._kinesis = PacedKinesis(await settings.aio_client("kinesis"), self.budget)
         if self._prober is None:
             self._prober = TailProber(

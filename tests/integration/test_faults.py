@@ -49,10 +49,10 @@ def test_retries_are_logged_at_debug_level(endpoint, kinesis, make_stream, caplo
         settings = AwsSettings(region="us-east-1", endpoint_url=proxy.url, retry_base_delay_ms=5)
         client = settings.boto3_client("kinesis")
         rng = ShardRange(stream, sent[0].shard_id, Position.trim_horizon(), sent[-1].seq)
-        with caplog.at_level(logging.DEBUG, logger="botocore.retries.standard"):
+        with caplog.at_level(logging.DEBUG, logger="kinesis_source.aws.retries"):
             pages = list(RangeReader(client, rng, limit=5).pages())
     assert sum(len(p) for p in pages) == 50
-    retried = [r for r in caplog.records if "Retry needed" in r.getMessage()]
+    retried = [r for r in caplog.records if "(throttled)" in r.getMessage()]
     assert len(retried) == proxy.injected(THROTTLED) > 0
 
 
