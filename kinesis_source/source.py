@@ -8,14 +8,16 @@ partition carries everything it needs.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from kinesis_source.aws.clients import AwsSettings
+from kinesis_source.errors import KinesisDdbError
 from kinesis_source.executor import RangePartition, ShardRead, read_partition
 from kinesis_source.executor.arrow import SCHEMA_DDL
 from kinesis_source.options import SourceOptions
@@ -43,6 +45,29 @@ log = logging.getLogger(__name__)
 
 FORMAT_NAME = "kinesis-ddb"
 
+M = TypeVar("M", bound=Callable[..., Any])
+
+
+def surfaced(method: M) -> M:
+    """An error of ours leaves a planning method with the fewest frames Spark will show.
+
+    Spark puts the helper's whole Python traceback into the query's exception, above the
+    message. The message of a :class:`KinesisDdbError` already says what failed and which option
+    to change, so it is re-raised from here: the traceback then holds Spark's two frames and this
+    one, and no chained second traceback (the cause's text is in the message where it helps).
+    The full chain is logged at debug level in the helper.
+    """
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except KinesisDdbError as exc:
+            log.debug("%s failed", method.__name__, exc_info=True)
+            raise exc.with_traceback(None) from None
+
+    return wrapper  # type: ignore[return-value]
+
 
 class KinesisDataSource(DataSource):
     """``spark.readStream.format("kinesis-ddb")``: a Kinesis stream read in exact ranges."""
@@ -56,12 +81,14 @@ class KinesisDataSource(DataSource):
         """The format name."""
         return FORMAT_NAME
 
+    @surfaced
     def schema(self) -> str:
         """Fixed output schema (see executor/arrow.py). Spark asks for it in ``load()``, so the
         options are validated here too: a bad option fails ``load()``, not the running query."""
         SourceOptions.parse(dict(self.options))
         return SCHEMA_DDL
 
+    @surfaced
     def streamReader(self, schema: StructType) -> KinesisStreamReader:
         """A planning/reading object; options are validated here, so errors come early."""
         cls = type(self)
@@ -161,11 +188,13 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         assert self._start is not None
         return self._start
 
+    @surfaced
     def initialOffset(self) -> dict:
         """Where a query without a Spark checkpoint starts: committed positions in DynamoDB,
         else the stored or given initial position (resolved once and stored)."""
         return self.start.initial_offset().to_dict()
 
+    @surfaced
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         """Exact end of the next batch, or ``start`` when nothing new arrived.
 
@@ -212,6 +241,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
             return ReadAllAvailable()
         return ReadMaxRows(self._opts.max_records_per_batch)
 
+    @surfaced
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: fix the target (every shard's newest record now); later
         batches never pass it and the run stops when all shards reached it."""
@@ -226,6 +256,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
             stats["ddbCommitCalls"] = self._checkpointer.commit_calls
         return stats
 
+    @surfaced
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         """The shard ranges that hold records, grouped into tasks (``shardsPerTask``)."""
         from kinesis_source.driver.planner import plan_ranges
@@ -254,6 +285,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         """Replay a task's ranges, each in order, as Arrow batches (runs on an executor)."""
         return read_partition(partition)
 
+    @surfaced
     def commit(self, end: dict) -> None:
         """Spark finished every batch up to ``end``: write it to DynamoDB (fenced)."""
         self.checkpointer.commit(self._offset(end))

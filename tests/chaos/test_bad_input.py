@@ -14,7 +14,7 @@ from kinesis_source.tools.local import free_port
 from tests.chaos import harness
 from tests.chaos.driver import ChaosDriver
 from tests.support.committed import TABLE
-from tests.support.spark_query import failure_of
+from tests.support.spark_query import failure_of, running
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.backends("moto")]
@@ -172,11 +172,60 @@ def runtime_case(spark, ddb, options, tmp_path, table=TABLE):
 FAST_FAIL = {"maxRetries": "2", "retryBaseDelayMs": "50"}
 
 
-def test_missing_stream_names_it(spark, ddb, kinesis, source_options, tmp_path):
+# What a user reads first: Spark's prefix, its Python traceback, then our message. These cases
+# run with the default retries, as users run, and the actionable words must come this early.
+FIRST_LINES = 15
+
+
+def actionable(message: str, words: str) -> None:
+    """``words`` appear once in ``message``, within its first FIRST_LINES lines."""
+    lines = message.splitlines()
+    where = [n for n, line in enumerate(lines, start=1) if words in line]
+    assert message.count(words) == 1, message
+    assert where and where[0] <= FIRST_LINES, f"line {where} of {len(lines)}:\n{message}"
+
+
+def failure_within(spark, options, checkpoint, timeout_s: float) -> str:
+    """Start a query that must fail within ``timeout_s`` of its start; its error message."""
+    with running(spark, options, checkpoint) as (query, _):
+        wait_for(lambda: not query.isActive, timeout=timeout_s, what="the query to fail")
+        return str(query.exception())
+
+
+def test_missing_stream_names_it_on_top_and_claims_nothing(spark, ddb, kinesis, source_options, tmp_path):
     stream = f"missing-{uuid.uuid4().hex[:8]}"
-    message, rows = runtime_case(spark, ddb, {**source_options, **FAST_FAIL, "streamName": stream}, tmp_path)
-    assert rows == []
-    assert f"Kinesis stream '{stream}' was not found" in message and "streamName" in message, message[-800:]
+    options = {**source_options, "streamName": stream}
+    message = failure_within(spark, options, tmp_path / "ck", 60)
+    actionable(message, f"Kinesis stream '{stream}' was not found: check option 'streamName'")
+    # the stream is looked up before the application is claimed: no meta row, no positions
+    assert app_rows(ddb, options["applicationName"]) == []
+
+
+@pytest.mark.parametrize(("which", "words"), [
+    ("endpointUrl", "Could not connect to Kinesis for stream '{stream}': check option 'endpointUrl'"),
+    ("dynamodbEndpointUrl", "Could not connect to DynamoDB for application '{app}' in DynamoDB table "
+                            "'{table}': check option 'dynamodbEndpointUrl'"),
+])
+def test_endpoint_refusing_connections_fails_within_seconds_naming_the_option(
+    which, words, spark, ddb, make_stream, source_options, tmp_path
+):
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    stream = make_stream(1)
+    options = {**source_options, "streamName": stream, which: dead}
+    message = failure_within(spark, options, tmp_path / "ck", 10)
+    actionable(message, words.format(stream=stream, app=options["applicationName"], table=TABLE))
+    assert dead in message
+    assert app_rows(ddb, options["applicationName"]) == []
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ({"streamNmae": "x"}, "Unknown option 'streamnmae' for format kinesis-ddb; did you mean 'streamName'?"),
+    ({"startingPosition": "LATEST"}, "here it is 'initialPosition'"),
+    ({"applicationName": None}, "Option 'applicationName' is required"),
+])
+def test_load_mistakes_are_named_on_top(options, words, spark, source_options):
+    merged = {**base_options(source_options), **options}
+    actionable(load_error(spark, {k: v for k, v in merged.items() if v is not None}), words)
 
 
 def test_missing_table_with_create_false_names_it_and_creates_nothing(
@@ -199,15 +248,6 @@ def test_table_with_wrong_schema_names_it_and_writes_nothing(spark, ddb, make_st
     message = failure_of(spark, options, tmp_path / "ck")
     assert f"DynamoDB table '{table}' has key schema" in message and "checkpointTable" in message
     assert ddb.scan(TableName=table)["Count"] == 0
-
-
-@pytest.mark.parametrize("which", ["endpointUrl", "dynamodbEndpointUrl"])
-def test_endpoint_refusing_connections_names_it(which, spark, ddb, make_stream, source_options, tmp_path):
-    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    options = {**source_options, **FAST_FAIL, "streamName": make_stream(1), which: dead}
-    message, rows = runtime_case(spark, ddb, options, tmp_path)
-    assert dead in message, message[-800:]
-    assert rows == []
 
 
 def test_unknown_shard_in_initial_position_names_it(spark, ddb, make_stream, source_options, tmp_path):
