@@ -204,8 +204,10 @@ class SourceOptions:
         "maxRetries",
         "int",
         10,
-        "Attempts botocore's standard retry mode makes for throttling, 5xx and network errors "
-        "on each AWS call before the error reaches the query.",
+        "Retries of each AWS call after its first attempt (so at most `maxRetries` + 1 "
+        "attempts), for the errors botocore's standard retry mode retries: throttling, 5xx and "
+        "network errors. The driver's clients give up after 2 retries when they could not "
+        "connect to an endpoint that never answered them (a wrong `endpointUrl`).",
         int_in(1, 100),
     )
     consumer_mode: str = _option(
@@ -310,8 +312,8 @@ class SourceOptions:
         "retryBaseDelayMs",
         "int",
         1000,
-        "Base of botocore's exponential backoff (full jitter, capped at 20 s) for throttling "
-        "errors; 5xx and network errors use a twentieth of it.",
+        "Wait before the first retry of a throttled call. Retry n waits between half and all "
+        "of min(20 s, base x 2^(n-1)); 5xx and network errors wait a twentieth of that.",
         int_in(1, 60000),
     )
     aws_access_key_id: str | None = _option(
@@ -406,13 +408,10 @@ class SourceOptions:
         for key, text in raw.items():
             spec = specs.get(key.lower())
             if spec is None:
-                close = difflib.get_close_matches(
-                    key.lower(), list(specs), n=1, cutoff=0.75
-                )
-                hint = f"; did you mean '{specs[close[0]].metadata['key']}'?" if close else ""
+                known = {k: f.metadata["key"] for k, f in specs.items()}
                 raise OptionError(
-                    f"Unknown option '{key}' for format kinesis-ddb{hint} "
-                    f"(see docs/options.md for the list)"
+                    f"Unknown option '{key}' for format kinesis-ddb{_suggestion(key, known)} "
+                    "(`kinesis-ddb options` lists every option)"
                 )
             values[spec.name] = _parse_one(spec, text)
         for f in fields(SourceOptions):
@@ -421,6 +420,37 @@ class SourceOptions:
                     f"Option '{f.metadata['key']}' is required: {f.metadata['doc']}"
                 )
         return SourceOptions(**values)
+
+
+# Other Kinesis sources' names for our options (lower case; the AWS connector prefixes its
+# options with "kinesis.", which is stripped before this lookup). Issue 18 completes the table.
+PEER_NAMES: dict[str, tuple[str, str]] = {
+    "startingposition": ("initialPosition", "the AWS connector's and kinesis-sql's"),
+    "initialpositioninstream": ("initialPosition", "KCL's"),
+    "endpoint": ("endpointUrl", "another connector's"),
+    "awsaccesskey": ("awsAccessKeyId", "Databricks'"),
+    "consumertype": ("consumerMode", "the AWS connector's"),
+    "stsrolearn": ("roleArn", "the AWS connector's"),
+    "awsstsrolearn": ("roleArn", "kinesis-sql's"),
+    "stssessionname": ("roleSessionName", "the AWS connector's"),
+    "awsstssessionname": ("roleSessionName", "kinesis-sql's"),
+}
+# Prefixes users carry over from Spark configs and the other connectors.
+_PREFIXES = ("spark.kinesis.", "kinesis.", "aws.", "spark.")
+
+
+def _suggestion(key: str, known: Mapping[str, str]) -> str:
+    """What to write instead of an unknown option ``key`` ('' if nothing fits), given our
+    options by lower-case name."""
+    lower = key.lower()
+    bare = next((lower[len(p):] for p in _PREFIXES if lower.startswith(p)), lower)
+    if bare in known:
+        return f": options take no prefix here, use '{known[bare]}'"
+    if bare in PEER_NAMES:
+        ours, whose = PEER_NAMES[bare]
+        return f": '{key}' is {whose} name for it, here it is '{ours}'"
+    close = difflib.get_close_matches(bare, list(known), n=1, cutoff=0.75)
+    return f"; did you mean '{known[close[0]]}'?" if close else ""
 
 
 def _parse_one(spec: Any, text: Any) -> Any:

@@ -1,5 +1,5 @@
 """The ``kinesis-ddb`` command: ``checkpoints show|reset|export|import-kcl``, ``consumers
-deregister``, ``produce`` and ``demo``."""
+deregister``, ``produce``, ``options`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -52,8 +52,7 @@ def _produce(args: argparse.Namespace) -> int:
 def _deregister(args: argparse.Namespace) -> int:
     from kinesis_source.driver.consumers import deregister_consumer
 
-    settings = AwsSettings(region=args.region, endpoint_url=args.endpoint_url, profile=args.profile)
-    client = settings.boto3_client("kinesis")
+    client = _settings(args).boto3_client("kinesis")
     for stream in args.stream:
         if deregister_consumer(client, stream, args.name, timeout_s=args.wait):
             print(f"deregistered EFO consumer {args.name} of stream {stream}")
@@ -62,9 +61,44 @@ def _deregister(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace) -> AwsSettings:
+    """The flags' AWS settings. A command is one short conversation with an endpoint: one it
+    cannot connect to fails in a second (a wrong or missing ``--endpoint-url``), not after a
+    minute of retries."""
+    return AwsSettings(
+        region=args.region, endpoint_url=args.endpoint_url, profile=args.profile
+    ).failing_fast()
+
+
 def _store(args: argparse.Namespace) -> CheckpointStore:
-    settings = AwsSettings(region=args.region, endpoint_url=args.endpoint_url, profile=args.profile)
-    return CheckpointStore(settings.boto3_client("dynamodb"), args.table, args.app)
+    return CheckpointStore(_settings(args).boto3_client("dynamodb"), args.table, args.app)
+
+
+def _options(args: argparse.Namespace) -> int:
+    from kinesis_source.options import options_markdown
+
+    print(options_markdown(), end="")
+    return 0
+
+
+# The query's option names in the library's messages, and the flags that set them here.
+_FLAGS = {
+    "'dynamodbEndpointUrl'/'dynamodbRegion'": "--endpoint-url/--region",
+    "'dynamodbEndpointUrl'": "--endpoint-url",
+    "'dynamodbRegion'/'region'": "--region",
+    "'endpointUrl'": "--endpoint-url",
+    "'region'": "--region",
+    "'applicationName'": "--app",
+    "'checkpointTable'": "--table",
+    "Option 'initialPosition'": "--to",
+}
+
+
+def _in_flags(message: str) -> str:
+    """``message`` with the query's option names replaced by this command's flags."""
+    for option, flag in _FLAGS.items():
+        message = message.replace(f"option {option}", flag).replace(option, flag)
+    return message
 
 
 def _existing(store: CheckpointStore) -> Snapshot:
@@ -293,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     kcl.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     kcl.set_defaults(func=_import_kcl)
 
+    options = sub.add_parser("options", help="list every option of format kinesis-ddb")
+    options.set_defaults(func=_options)
+
     consumers = sub.add_parser("consumers", help="manage enhanced fan-out consumers")
     cons_sub = consumers.add_subparsers(dest="action", required=True)
     dereg = cons_sub.add_parser(
@@ -314,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (CheckpointError, OptionError, KinesisSourceError) as exc:
-        print(f"kinesis-ddb: {exc}", file=sys.stderr)
+        print(f"kinesis-ddb: {_in_flags(str(exc))}", file=sys.stderr)
         return 1
 
 

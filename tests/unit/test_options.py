@@ -169,3 +169,36 @@ def test_efo_options_need_efo_mode():
         SourceOptions.parse({**base, "consumerName": "c"})
     opts = SourceOptions.parse({**base, "consumerMode": "EFO", "deregisterConsumer": "true"})
     assert opts.consumer_mode == "efo" and opts.deregister_consumer
+
+
+@pytest.mark.parametrize(
+    ("key", "hint"),
+    [
+        ("startingposition", "is the AWS connector's and kinesis-sql's name for it, here it is 'initialPosition'"),
+        ("kinesis.startingPosition", "here it is 'initialPosition'"),
+        ("kinesis.endpointUrl", "options take no prefix here, use 'endpointUrl'"),
+        ("spark.kinesis.region", "options take no prefix here, use 'region'"),
+        ("initialPositionInStream", "is KCL's name for it, here it is 'initialPosition'"),
+        ("awsAccessKey", "here it is 'awsAccessKeyId'"),
+        ("maxRecordPerBatch", "did you mean 'maxRecordsPerBatch'?"),
+    ],
+)
+def test_unknown_option_says_what_to_write_instead(key, hint):
+    msg = bad(f"Unknown option '{key}'", **{key: "x"})
+    assert hint in msg, msg
+    # the pointer works where the package is installed without this repository's docs
+    assert "`kinesis-ddb options` lists every option" in msg
+    assert "did you mean 'stsEndpointUrl'" not in msg
+
+
+def test_unknown_option_with_nothing_close_gets_no_guess():
+    msg = bad("Unknown option 'colour'", colour="red")
+    assert "did you mean" not in msg and "here it is" not in msg and "use '" not in msg
+
+
+def test_peer_names_point_to_declared_options():
+    keys = {spec["key"] for spec in option_specs()}
+    from kinesis_source.options import PEER_NAMES
+
+    assert {ours for ours, _ in PEER_NAMES.values()} <= keys
+    assert not {name for name in PEER_NAMES} & {k.lower() for k in keys}
