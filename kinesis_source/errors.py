@@ -18,6 +18,14 @@ if TYPE_CHECKING:  # positions imports this module
 log = logging.getLogger(__name__)
 
 
+# What to do when botocore finds no credentials, for every service's message.
+NO_CREDENTIALS = (
+    "set options 'awsAccessKeyId' and 'awsSecretKey', or 'profile', or make them available to "
+    "boto3's default chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws/credentials, an "
+    "instance or container role)."
+)
+
+
 class KinesisDdbError(Exception):
     """Root of every error kinesis-ddb raises."""
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
@@ -25,7 +25,7 @@ from tenacity import (
 
 from kinesis_source.aws.clients import error_code
 from kinesis_source.aws.retries import is_connect_error
-from kinesis_source.errors import KinesisSourceError, ShardNotFoundError
+from kinesis_source.errors import NO_CREDENTIALS, KinesisSourceError, ShardNotFoundError
 from kinesis_source.positions import Position
 
 log = logging.getLogger(__name__)
@@ -144,6 +144,10 @@ def stream_must_exist(stream: str) -> Iterator[None]:
             ) from None
         raise
     except BotoCoreError as exc:
+        if isinstance(exc, NoCredentialsError):
+            raise KinesisSourceError(
+                f"No AWS credentials for Kinesis stream '{stream}': {NO_CREDENTIALS}"
+            ) from None
         if is_connect_error(exc):
             raise KinesisSourceError(
                 f"Could not connect to Kinesis for stream '{stream}': check option "

@@ -40,7 +40,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from kinesis_source.aws.clients import error_code
 from kinesis_source.aws.retries import is_connect_error
@@ -59,6 +59,7 @@ from kinesis_source.checkpoints.format import (
 )
 from kinesis_source.checkpoints.table import ensure_table
 from kinesis_source.checkpoints.writes import FencedWriter
+from kinesis_source.errors import NO_CREDENTIALS as _NO_CREDENTIALS
 from kinesis_source.errors import (
     CheckpointError,
     CheckpointFencedError,
@@ -89,6 +90,10 @@ def _names_the_table(method: F) -> F:
                     f"Could not connect to DynamoDB for {self._where()}: check option "
                     "'dynamodbEndpointUrl' (or 'dynamodbRegion'/'region' when no endpoint is "
                     f"set). {exc}"
+                ) from None
+            if isinstance(exc, NoCredentialsError):
+                raise CheckpointError(
+                    f"No AWS credentials for DynamoDB ({self._where()}): {_NO_CREDENTIALS}"
                 ) from None
             raise CheckpointError(
                 f"DynamoDB failed for {self._where()}: {exc}. Check option "

@@ -83,12 +83,14 @@ def _options(args: argparse.Namespace) -> int:
 
 # The query's option names in the library's messages, and the flags that set them here.
 _FLAGS = {
+    "set options 'awsAccessKeyId' and 'awsSecretKey', or 'profile', or": "use --profile, or",
     "'dynamodbEndpointUrl'/'dynamodbRegion'": "--endpoint-url/--region",
     "'dynamodbEndpointUrl'": "--endpoint-url",
     "'dynamodbRegion'/'region'": "--region",
     "'endpointUrl'": "--endpoint-url",
     "'region'": "--region",
     "'applicationName'": "--app",
+    "'profile'": "--profile",
     "'checkpointTable'": "--table",
     "Option 'initialPosition'": "--to",
 }
@@ -183,6 +185,7 @@ def _reset(args: argparse.Namespace) -> int:
             spec_text = fh.read().strip()
     else:
         spec_text = args.to
+    parse_initial_position(spec_text)  # a bad target is named before any AWS call
     store = _store(args)
     store.ensure_table(create=False)
     return _apply_reset(store, spec_text, args.yes)

@@ -460,3 +460,45 @@ def test_a_5000_shard_export_resets_through_the_cli_and_is_read_back_whole(store
     # a later short reset drops the long spec's items
     cli("checkpoints", "reset", *where, "--to", "LATEST", "--yes")
     assert reread(store).meta.initial_spec == "LATEST" and sort_keys(store, "spec#") == set()
+
+
+def test_the_cli_fails_at_once_on_an_endpoint_it_cannot_reach_and_names_its_flag(tmp_path):
+    from kinesis_source.tools.local import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    proc = cli("checkpoints", "show", "--app", "a", "--endpoint-url", dead, "--region", "us-east-1",
+               check=False)
+    assert proc.returncode == 1
+    assert "Could not connect to DynamoDB for application 'a'" in proc.stderr
+    assert "check --endpoint-url (or --region when no endpoint is set)" in proc.stderr, proc.stderr
+    assert "dynamodbEndpointUrl" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_cli_names_its_flag_for_a_bad_reset_target(store):
+    store.claim("o", "h")
+    where = ["--app", store.app, "--table", store.table, "--endpoint-url", store.client.meta.endpoint_url]
+    proc = cli("checkpoints", "reset", *where, "--to", "TRIM-HORIZON", "--yes", check=False)
+    assert proc.returncode == 1
+    assert "--to = 'TRIM-HORIZON' is invalid" in proc.stderr, proc.stderr
+    assert "initialPosition" not in proc.stderr
+
+
+def test_the_cli_lists_every_option():
+    from kinesis_source.options import option_specs
+
+    out = cli("options").stdout
+    for spec in option_specs():
+        assert f"| `{spec['key']}` |" in out
+
+
+def test_the_cli_without_credentials_says_how_to_give_them(tmp_path):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_EC2_METADATA_DISABLED="true")
+    proc = cli("checkpoints", "show", "--app", "a", "--endpoint-url", "http://127.0.0.1:1",
+               "--region", "us-east-1", check=False, env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "No AWS credentials for DynamoDB (application 'a'" in proc.stderr
+    assert "use --profile, or make them available to boto3's default chain" in proc.stderr, proc.stderr

@@ -6,11 +6,12 @@ import subprocess
 import sys
 
 
-def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run the kinesis-ddb command with no terminal on standard input; with ``check``, assert
-    it succeeded (showing its standard error)."""
+def cli(*args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the kinesis-ddb command with no terminal on standard input (and ``env`` as its
+    environment, if given); with ``check``, assert it succeeded (showing its standard error)."""
     proc = subprocess.run(
         [sys.executable, "-m", "kinesis_source.tools.cli", *args],
+        env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
