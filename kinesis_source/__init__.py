@@ -33,7 +33,33 @@ def register(spark: Any, on_commit: Callable[..., Any] | None = None) -> None:
         commit_callback = callback
         cluster_parallelism = parallelism
 
+    _share_zip_path(spark)
     spark.dataSource.register(KinesisDataSourceRegistered)
+
+
+def _share_zip_path(spark: Any) -> None:
+    """When this package was imported from a zip (``spark-submit --py-files``), put the zip on
+    the ``PYTHONPATH`` Spark gives the Python processes of what is registered next.
+
+    Spark's streaming-source helper, which plans batches on the driver, is not given the
+    ``--py-files`` includes that task workers get (pyspark 4.0-4.1 send it none), so it could not
+    unpickle the source class. Spark passes ``SparkContext.environment`` with every Python
+    function it registers and merges its ``PYTHONPATH`` into the helper's. Nothing changes for a
+    package installed in the interpreter's own environment.
+    """
+    import os
+    import zipimport
+
+    if not isinstance(globals().get("__loader__"), zipimport.zipimporter):
+        return
+    archive = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        env = spark.sparkContext.environment
+    except Exception:  # noqa: BLE001 - Spark Connect sessions raise on sparkContext
+        return
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if archive not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([archive, *paths])
 
 
 def _parallelism(spark: Any) -> int | None:

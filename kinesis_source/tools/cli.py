@@ -21,13 +21,31 @@ from kinesis_source.positions import ShardId
 DEFAULT_TABLE = "kinesis_ddb_checkpoints"
 
 
+def _needs_extra(module: str, extra: str, command: str) -> bool:
+    """True (after saying what to install) when ``module`` of an extra is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is not None:
+        return False
+    print(
+        f"kinesis-ddb: '{command}' needs the [{extra}] extra: pip install 'kinesis-ddb[{extra}]' "
+        f"(from a checkout: pip install '.[{extra}]')",
+        file=sys.stderr,
+    )
+    return True
+
+
 def _demo(args: argparse.Namespace) -> int:
+    if _needs_extra("rich", "demo", "kinesis-ddb demo") or _needs_extra("moto", "demo", "kinesis-ddb demo"):
+        return 2
     from kinesis_source.tools.demo import run
 
     return run(args.shards, args.records, args.rate, args.endpoint_url, args.keep, args.deadline)
 
 
 def _produce(args: argparse.Namespace) -> int:
+    if _needs_extra("rich", "demo", "kinesis-ddb produce"):
+        return 2
     from rich.progress import Progress
 
     from kinesis_source.tools.produce import LoadProducer
