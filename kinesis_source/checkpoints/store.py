@@ -68,6 +68,10 @@ from kinesis_source.positions import Offset, Position, ShardId
 
 log = logging.getLogger(__name__)
 
+# The owner a reset claims the application as (the fencing message of a running query tells a
+# reset from another query by it).
+RESET_OWNER = "reset by "
+
 
 
 
@@ -218,6 +222,14 @@ class CheckpointStore:
 
     def _fenced(self, epoch: int, meta: Meta | None = None) -> CheckpointFencedError:
         meta = meta or self.snapshot_meta() or Meta()
+        if (meta.owner or "").startswith(RESET_OWNER):
+            return CheckpointFencedError(
+                f"The {self._where()} was reset ({meta.owner} on {meta.claimed_at}, epoch "
+                f"{meta.epoch}) while this query ran (epoch {epoch}). This query stops so that "
+                "it does not write positions over the reset: start it again with a new Spark "
+                "checkpoint location to read from the new start position (with its old one, "
+                "Spark's offset log resumes where the query stopped)."
+            )
         return CheckpointFencedError(
             f"The {self._where()} was claimed by another query (owner {meta.owner} on "
             f"{meta.owner_host}, epoch {meta.epoch}, at {meta.claimed_at}) after this one "
@@ -323,7 +335,7 @@ class CheckpointStore:
     def reset(self, spec: str, by: str) -> Meta:
         """Move the application to a new initial position: fence running queries (epoch + 1),
         forget committed positions, and store ``spec`` for the next query to resolve."""
-        meta = self.claim(owner=f"reset by {by}", host=by)
+        meta = self.claim(owner=f"{RESET_OWNER}{by}", host=by)
         # The streams' identities go too: a reset is how a re-created stream is accepted.
         # Removing initialId retires the initial#NN items at once; deleting them below only
         # tidies, so a reset cut short never leaves the old initial positions in force.

@@ -246,3 +246,14 @@ def test_a_commit_behind_what_this_store_itself_wrote_raises_and_sends_nothing(d
         store.commit(4, "o", {A: Position.after("999999999")})
     assert len(ddb.transactions()) == 1
     ddb.stub.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize(("owner", "says", "not_says"), [
+    ("reset by ops-laptop", "was reset (reset by ops-laptop", "stop the other query"),
+    ("host:123:abcd", "was claimed by another query (owner host:123:abcd", "was reset"),
+])
+def test_the_fenced_query_is_told_whether_a_reset_or_another_query_took_over(ddb, owner, says, not_says):
+    ddb.stub.add_response("get_item", {"Item": {**META, "epoch": {"N": "8"}, "owner": {"S": owner}}})
+    with pytest.raises(CheckpointError) as err:
+        CheckpointStore(ddb.client, TABLE, APP).check_epoch(7)
+    assert says in str(err.value) and not_says not in str(err.value), str(err.value)
