@@ -22,6 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kinesis_source.checkpoints.store import CheckpointStore
+from kinesis_source.errors import CheckpointError
+from kinesis_source.options import SourceOptions
+from kinesis_source.positions import seq_key
 from kinesis_source.tools.demo_driver import DriverProcess
 from kinesis_source.tools.local import LOCAL_CREDENTIALS, LocalEndpoint
 from kinesis_source.tools.produce import LoadProducer
@@ -36,6 +40,7 @@ class DemoState:
     consumed: Counter = field(default_factory=Counter)
     batches: int = 0
     source: dict = field(default_factory=dict)
+    committed: Counter = field(default_factory=Counter)  # records up to each committed position
     events: list[str] = field(default_factory=list)
 
 
@@ -45,11 +50,12 @@ def _render(state: DemoState, target: int) -> Any:
     from rich.table import Table
 
     table = Table(title="per shard", expand=False)
-    for col in ("shard", "produced", "read", "behind"):
+    for col in ("shard", "produced", "read", "committed in DynamoDB", "behind"):
         table.add_column(col, justify="right" if col != "shard" else "left")
     for shard in sorted(state.produced):
         made, read = state.produced[shard], state.consumed.get(shard, 0)
-        table.add_row(shard, f"{made:,}", f"{read:,}", f"{max(0, made - read):,}")
+        done = state.committed.get(shard, 0)
+        table.add_row(shard, f"{made:,}", f"{read:,}", f"{done:,}", f"{max(0, made - read):,}")
     totals = (
         f"records produced {sum(state.produced.values()):,} / {target:,}   "
         f"read {sum(state.consumed.values()):,}   batches {state.batches}"
@@ -58,8 +64,7 @@ def _render(state: DemoState, target: int) -> Any:
     if source:
         totals += (
             f"   probes {source.get('probes', 0)}, driver fetched "
-            f"{source.get('driverRecordsFetched', 0)} records, DynamoDB commits "
-            f"{source.get('ddbCommitCalls', 0)}"
+            f"{source.get('driverRecordsFetched', 0)} records"
         )
     events = "\n".join(state.events[-6:])
     return Panel(Group(f"[bold]{state.phase}[/bold]", totals, table, events), title="kinesis-ddb demo")
@@ -105,6 +110,13 @@ def run(
             embedded.start()
         url = endpoint_url or embedded.url  # type: ignore[union-attr]
         region = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
+        if boto3.Session().get_credentials() is None:
+            console.print(
+                f"kinesis-ddb demo: no AWS credentials for the endpoint {url}. Set "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (any values for a local emulator) "
+                "or AWS_PROFILE; the demo's Spark query reads them from the environment too."
+            )
+            return 2
         kinesis = boto3.client("kinesis", endpoint_url=url, region_name=region)
         stream, app = f"demo-{uuid.uuid4().hex[:8]}", f"demo-app-{uuid.uuid4().hex[:8]}"
         kinesis.create_stream(StreamName=stream, ShardCount=shards)
@@ -122,6 +134,8 @@ def run(
         }
         state = DemoState(phase=f"endpoint {url}: stream {stream} ({shards} shards), application {app}")
         producer = LoadProducer(kinesis, stream, size=100, prefix="demo")
+        store = CheckpointStore(boto3.client("dynamodb", endpoint_url=url, region_name=region),
+                                SourceOptions.parse(options).checkpoint_table, app)
         feeder = threading.Thread(target=producer.run, args=(records, rate), kwargs={"stop": stop}, daemon=True)
 
         def refresh(live, *runs):
@@ -132,6 +146,7 @@ def run(
                 state.consumed.update(status.get("per_shard", {}))
                 state.batches += status.get("batches", 0)
                 state.source = status.get("source") or state.source
+            state.committed = _committed(store, producer)
             live.update(_render(state, records))
 
         with Live(_render(state, records), console=console, refresh_per_second=4) as live:
@@ -171,9 +186,17 @@ def run(
             _wait(all_read, deadline, "every record", lambda: refresh(live, first, second))
             if second.failed():
                 raise RuntimeError(f"the Spark driver exited:\n{second.failed()}")
+            # A batch is committed when the query plans the next one: moments later, idle.
+            state.phase = "every record read: waiting for DynamoDB to hold the last positions"
+            _wait(lambda: +state.committed == +state.produced, deadline,
+                  "the last positions in DynamoDB", lambda: refresh(live, first, second))
             state.phase = "done: checking what arrived"
             refresh(live, first, second)
-        return _report(console, producer, before_kill, second.rows(), in_flight)
+        console.print()  # without a terminal, the live panel's last frame ends without one
+        console.rule("result")
+        status = _report(console, producer, before_kill, second.rows(), in_flight)
+        _show_checkpoints(console, app, url, region, keep=bool(endpoint_url))
+        return status
     finally:
         stop.set()
         for d in drivers:
@@ -184,6 +207,39 @@ def run(
             console.print(f"outputs kept in {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _committed(store: CheckpointStore, producer: LoadProducer) -> Counter:
+    """Per shard, how many of the produced records lie up to the position committed in
+    DynamoDB (read there: it is what a restart resumes from)."""
+    try:
+        positions = store.snapshot().positions()
+    except CheckpointError:  # the query has not made the table yet
+        return Counter()
+    done: Counter = Counter()
+    for key, position in positions.items():
+        if position.is_shard_end:
+            done[key.shard] = sum(1 for s in producer.snapshot() if s.shard_id == key.shard)
+        elif position.seq is not None:
+            upto = seq_key(position.seq)
+            done[key.shard] = sum(
+                1 for s in producer.snapshot() if s.shard_id == key.shard and seq_key(s.seq) <= upto
+            )
+    return done
+
+
+def _show_checkpoints(console: Any, app: str, url: str, region: str, keep: bool) -> None:
+    """What the application left in DynamoDB, as ``kinesis-ddb checkpoints show`` prints it
+    (run here while the endpoint is still up), and the command to see it again."""
+    from kinesis_source.tools.cli import main as cli
+
+    command = f"kinesis-ddb checkpoints show --app {app} --endpoint-url {url} --region {region}"
+    console.rule(f"application {app}: its checkpoints in DynamoDB")
+    console.print(f"$ {command}", markup=False, highlight=False, soft_wrap=True)
+    cli(["checkpoints", "show", "--app", app, "--endpoint-url", url, "--region", region])
+    if not keep:
+        console.print("(the embedded endpoint stops with the demo: with --endpoint-url, the "
+                      "command above works afterwards too)")
 
 
 def _report(console: Any, producer: LoadProducer, first: list, second: list, in_flight: set) -> int:
