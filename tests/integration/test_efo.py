@@ -46,7 +46,7 @@ def _client(url: str) -> object:
         endpoint_url=url,
         access_key_id="local",
         secret_key="local",
-        max_attempts=2,
+        max_retries=2,
         retry_base_delay_ms=10,
     ).boto3_client("kinesis")
 

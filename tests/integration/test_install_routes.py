@@ -58,14 +58,21 @@ def clean() -> Path:
 
 
 @pytest.fixture(scope="module")
-def wheel_env(clean, tmp_path_factory) -> Path:
-    """A new environment with the wheel ``pip wheel . --no-deps`` builds, installed as users
-    install it; the dependencies are .venv-clean's (a .pth file), so pip has nothing to fetch."""
-    work = tmp_path_factory.mktemp("wheel")
-    built = run([sys.executable, "-m", "pip", "wheel", ".", "-w", str(work / "dist"), "--no-deps",
+def wheel(tmp_path_factory) -> Path:
+    """The wheel ``pip wheel . -w dist/ --no-deps`` builds, as docs/quickstart.md says."""
+    work = tmp_path_factory.mktemp("dist")
+    built = run([sys.executable, "-m", "pip", "wheel", ".", "-w", str(work), "--no-deps",
                  "--disable-pip-version-check", "--quiet"], REPO, clean_env())
     assert built.returncode == 0, built.stderr[-3000:]
-    (wheel,) = (work / "dist").glob("kinesis_ddb-*.whl")
+    (path,) = work.glob("kinesis_ddb-*.whl")
+    return path
+
+
+@pytest.fixture(scope="module")
+def wheel_env(clean, wheel, tmp_path_factory) -> Path:
+    """A new environment with the wheel installed as users install it; the dependencies are
+    .venv-clean's (a .pth file), so pip has nothing to fetch."""
+    work = tmp_path_factory.mktemp("wheel")
     env = work / "env"
     subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
     Path(site_packages(env), "deps.pth").write_text(site_packages(clean) + "\n")
@@ -79,6 +86,30 @@ def rows(proc: subprocess.CompletedProcess) -> int:
     found = re.findall(r"^ROWS (\d+)$", proc.stdout, flags=re.M)
     assert proc.returncode == 0 and found, (proc.stdout[-2000:], proc.stderr[-4000:])
     return int(found[-1])
+
+
+def test_the_wheel_holds_the_package_its_auto_registration_and_its_command(wheel):
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        entry = zf.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    assert "pyspark_kinesis_ddb.py" in names and "kinesis_source/py.typed" in names
+    assert "kinesis_source/source.py" in names
+    assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "docs/"))]
+    assert "kinesis-ddb = kinesis_source.tools.cli:main" in entry
+    assert "License-Expression: Apache-2.0" in meta and "Classifier: Typing :: Typed" in meta
+    from trove_classifiers import classifiers
+
+    ours = re.findall(r"^Classifier: (.+)$", meta, flags=re.M)
+    assert ours and not set(ours) - classifiers, set(ours) - classifiers
+    assert "Requires-Dist: pyspark>=4.0" in meta and "Provides-Extra: local" in meta
+
+
+def test_format_works_without_register_from_the_installed_wheel(wheel_env, tmp_path):
+    """PySpark's automatic registration finds pyspark_kinesis_ddb in the environment."""
+    python = str(wheel_env / "bin" / "python")
+    proc = run([python, str(APP), "--auto"], tmp_path, clean_env(PYSPARK_PYTHON=python))
+    assert rows(proc) == 50
 
 
 def test_the_package_is_not_in_the_clean_environment(clean, tmp_path):
@@ -127,3 +158,21 @@ def test_the_demo_without_its_extra_says_which_to_install(wheel_env, tmp_path):
     proc = run([str(wheel_env / "bin" / "kinesis-ddb"), "demo"], tmp_path, clean_env())
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "needs the [demo] extra: pip install 'kinesis-ddb[demo]'" in proc.stderr, proc.stderr
+
+
+def test_spark_connect_session_with_register(tmp_path):
+    """A Spark Connect client (``remote("local[2]")``, pyspark's connect extra) that calls
+    ``register(spark)``: the class travels pickled to the server, whose Python workers import
+    the package."""
+    python = sys.executable
+    proc = run([python, str(APP), "--connect"], tmp_path, clean_env(PYSPARK_PYTHON=python))
+    assert rows(proc) == 50
+
+
+def test_spark_connect_client_without_the_package_uses_the_servers(clean, wheel_env, endpoint, tmp_path):
+    """The client's environment lacks the package; the server's Python (the wheel's
+    environment) has it, and PySpark's automatic registration makes the format known there."""
+    server_python = str(wheel_env / "bin" / "python")
+    proc = run([str(clean / "bin" / "python"), str(APP), "--connect", "--auto", "--endpoint", endpoint.url],
+               tmp_path, clean_env(PYSPARK_PYTHON=server_python))
+    assert rows(proc) == 50

@@ -225,7 +225,7 @@ class EfoServer:
             endpoint_url=backing_url,
             access_key_id="local",
             secret_key="local",
-            max_attempts=3,
+            max_retries=3,
         ).boto3_client("kinesis")
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
