@@ -16,7 +16,6 @@ from kinesis_source.checkpoints.format import Snapshot
 from kinesis_source.checkpoints.store import CheckpointStore
 from kinesis_source.errors import CheckpointError, KinesisSourceError, OptionError
 from kinesis_source.option_values import parse_initial_position
-from kinesis_source.positions import ShardId
 
 DEFAULT_TABLE = "kinesis_ddb_checkpoints"
 
@@ -110,6 +109,7 @@ _FLAGS = {
     "'applicationName'": "--app",
     "'profile'": "--profile",
     "'checkpointTable'": "--table",
+    "'streamName'": "--stream",
     "Option 'initialPosition'": "--to",
 }
 
@@ -231,50 +231,36 @@ def _apply_reset(store: CheckpointStore, spec_text: str, yes: bool) -> int:
     return 0
 
 
-_KCL_SENTINELS = {"TRIM_HORIZON": "TRIM_HORIZON", "LATEST": "LATEST", "SHARD_END": "SHARD_END"}
-
-
-def kcl_positions(items: list[dict], stream: str | None) -> dict[str, str]:
-    """Positions (``initialPosition`` JSON) from KCL lease items.
-
-    A lease's ``checkpoint`` with ``checkpointSubSequenceNumber`` n means user records up to n
-    of that record were processed: reading resumes at ``AFTER:<seq>:<n>``, which is right for
-    plain records (n = 0) and aggregates alike. Lease keys are shard ids (one stream: give
-    ``stream``) or KCL's multi-stream ``account:stream:epoch:shardId``.
-    """
-    out: dict[str, str] = {}
-    for item in items:
-        key = item["leaseKey"]["S"]
-        parts = key.split(":")
-        if len(parts) == 4:
-            key_stream, shard = parts[1], parts[3]
-        elif stream:
-            key_stream, shard = stream, key
-        else:
-            raise OptionError(f"KCL lease '{key}' names no stream: give --stream")
-        checkpoint = item.get("checkpoint", {}).get("S", "TRIM_HORIZON")
-        sub = int(item.get("checkpointSubSequenceNumber", {}).get("N", "0"))
-        if checkpoint in _KCL_SENTINELS:
-            position = _KCL_SENTINELS[checkpoint]
-        elif checkpoint.isdigit():
-            position = f"AFTER:{checkpoint}:{sub}"
-        else:
-            print(f"lease {key}: checkpoint {checkpoint} has no position; starting at TRIM_HORIZON",
-                  file=sys.stderr)
-            position = "TRIM_HORIZON"
-        out[str(ShardId(key_stream, shard))] = position
-    return dict(sorted(out.items()))
-
-
 def _import_kcl(args: argparse.Namespace) -> int:
+    from kinesis_source.positions import parse_timestamp
+    from kinesis_source.tools.kcl_import import check_streams, positions, read_leases, scan, stream_facts
+
+    at = args.at_timestamp
+    if at is not None:
+        try:
+            parse_timestamp(at)
+        except ValueError as exc:
+            raise OptionError(f"--at-timestamp {at!r} is invalid: {exc}") from None
+    leases_db = AwsSettings(
+        region=args.lease_region or args.region,
+        endpoint_url=args.lease_endpoint_url or args.endpoint_url,
+        profile=args.lease_profile or args.profile,
+    ).failing_fast()
+    leases, skipped = read_leases(scan(leases_db.boto3_client("dynamodb"), args.lease_table), args.stream or [])
+    if skipped:
+        print("skipped " + ", ".join(f"{n} item(s) ({why})" for why, n in sorted(skipped.items()))
+              + f" of KCL lease table '{args.lease_table}'", file=sys.stderr)
+    if not leases:
+        raise CheckpointError(f"KCL lease table '{args.lease_table}' has no leases"
+                              + (f" of stream(s) {', '.join(args.stream)}" if args.stream else ""))
+    kinesis = AwsSettings(
+        region=args.region, endpoint_url=args.kinesis_endpoint_url or args.endpoint_url, profile=args.profile
+    ).failing_fast().boto3_client("kinesis")
+    listing, created = stream_facts(kinesis, sorted({lease.stream for lease in leases}))
+    check_streams(leases, created)
     store = _store(args)
     store.ensure_table(create=True)
-    pages = store.client.get_paginator("scan").paginate(TableName=args.lease_table)
-    items = [item for page in pages for item in page.get("Items", [])]
-    if not items:
-        raise CheckpointError(f"KCL lease table '{args.lease_table}' has no leases")
-    positions = kcl_positions(items, args.stream)
-    return _apply_reset(store, json.dumps(positions, sort_keys=True), args.yes)
+    return _apply_reset(store, json.dumps(positions(leases, listing, at), sort_keys=True), args.yes)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -344,7 +330,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(kcl)
     kcl.add_argument("--lease-table", required=True, help="the KCL application's lease table")
-    kcl.add_argument("--stream", help="the stream of leases keyed by bare shard ids")
+    kcl.add_argument("--stream", action="append",
+                     help="a stream to import (repeatable; one is needed for single-stream leases, "
+                          "keyed by bare shard ids; default for multi-stream leases: all)")
+    kcl.add_argument("--at-timestamp",
+                     help="the ISO-8601 timestamp of the KCL application's AT_TIMESTAMP start, for "
+                          "leases still at it (the lease table does not hold it)")
+    kcl.add_argument("--lease-endpoint-url", help="the lease table's DynamoDB endpoint (default: --endpoint-url)")
+    kcl.add_argument("--lease-region", help="the lease table's region (default: --region)")
+    kcl.add_argument("--lease-profile", help="AWS profile for the lease table (default: --profile)")
+    kcl.add_argument("--kinesis-endpoint-url",
+                     help="Kinesis endpoint, to list the streams' shards (default: --endpoint-url)")
     kcl.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     kcl.set_defaults(func=_import_kcl)
 

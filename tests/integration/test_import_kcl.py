@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from tests.support.aggregates import aggregate
+from tests.support.kcl_leases import kcl35_other_entities, v3_lease
 from tests.support.producer import Producer
 from tests.support.spark_query import running
 from tests.support.waiting import wait_for
@@ -40,6 +41,68 @@ def make_lease_table(ddb, leases):
     return name
 
 
+def put_items(ddb, items):
+    """A lease table holding ``items`` as they are."""
+    name = f"kcl35-leases-{uuid.uuid4().hex[:6]}"
+    ddb.create_table(TableName=name, KeySchema=[{"AttributeName": "leaseKey", "KeyType": "HASH"}],
+                     AttributeDefinitions=[{"AttributeName": "leaseKey", "AttributeType": "S"}],
+                     BillingMode="PAY_PER_REQUEST")
+    for item in items:
+        ddb.put_item(TableName=name, Item=item)
+    return name
+
+
+def import_kcl(source_options, app, table, *extra):
+    return subprocess.run(
+        [sys.executable, "-m", "kinesis_source.tools.cli", "checkpoints", "import-kcl", "--app", app,
+         "--lease-table", table, "--yes", "--endpoint-url", source_options["dynamodbEndpointUrl"],
+         "--kinesis-endpoint-url", source_options["endpointUrl"], "--region", "us-east-1", *extra],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_import_of_a_kcl_3_5_multi_stream_table_skips_other_entities_and_resumes_after_its_leases(
+    spark, kinesis, ddb, make_stream, source_options, tmp_path
+):
+    stream = make_stream(2)
+    sent = Producer(kinesis, stream).put(60)
+    created = kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
+    epoch = int(created["StreamCreationTimestamp"].timestamp())
+    by_shard = {s: [p for p in sent if p.shard_id == s] for s in sorted({p.shard_id for p in sent})}
+    leases = [v3_lease(shard, records[9].seq, stream=stream, epoch=epoch) for shard, records in by_shard.items()]
+    table = put_items(ddb, [*leases, *kcl35_other_entities(),
+                            v3_lease("shardId-000000000000", "1", stream="another", epoch=epoch)])
+    app = source_options["applicationName"]
+
+    refused = import_kcl(source_options, app, table, "--stream", stream.replace("-", "_") + "x")
+    assert refused.returncode == 1 and "has no leases of stream(s)" in refused.stderr, refused.stderr
+
+    proc = import_kcl(source_options, app, table, "--stream", stream)
+    assert proc.returncode == 0, proc.stderr
+    assert "4 item(s) (entityType" not in proc.stderr  # counted per type
+    for why in ("entityType LEADER", "entityType WORKER_METRIC_STATS", "entityType TABLE_MIGRATION",
+                "entityType STREAM", "no checkpoint", "other stream"):
+        assert f"1 item(s) ({why})" in proc.stderr, proc.stderr
+    expected = {(p.shard_id, p.seq) for records in by_shard.values() for p in records[10:]}
+    with running(spark, {**source_options, "streamName": stream}, tmp_path / "ck") as (_, sink):
+        wait_for(lambda: sink.count() >= len(expected), timeout=90, what="the records after the leases")
+    got = [(r.shard_id, r.seq) for r in sink.rows()]
+    assert len(got) == len(set(got)) and set(got) == expected
+
+
+def test_import_refuses_leases_of_a_re_created_stream(kinesis, ddb, make_stream, source_options):
+    stream = make_stream(1)
+    created = kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
+    epoch = int(created["StreamCreationTimestamp"].timestamp()) - 86400  # the old stream's
+    table = put_items(ddb, [v3_lease("shardId-000000000000", "5", stream=stream, epoch=epoch)])
+    app = source_options["applicationName"]
+    proc = import_kcl(source_options, app, table)
+    assert proc.returncode == 1 and "deleted and re-created" in proc.stderr, proc.stderr
+    rows = ddb.query(TableName="kinesis_ddb_checkpoints", KeyConditionExpression="app = :a",
+                     ExpressionAttributeValues={":a": {"S": app}})["Items"]
+    assert rows == []
+
+
 def test_import_kcl_resumes_exactly_after_the_kcl_checkpoints(
     spark, kinesis, ddb, make_stream, source_options, tmp_path
 ):
@@ -61,7 +124,8 @@ def test_import_kcl_resumes_exactly_after_the_kcl_checkpoints(
     proc = subprocess.run(
         [sys.executable, "-m", "kinesis_source.tools.cli", "checkpoints", "import-kcl", "--app", app,
          "--lease-table", leases, "--stream", stream, "--yes",
-         "--endpoint-url", source_options["dynamodbEndpointUrl"], "--region", "us-east-1"],
+         "--endpoint-url", source_options["dynamodbEndpointUrl"],
+         "--kinesis-endpoint-url", source_options["endpointUrl"], "--region", "us-east-1"],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr

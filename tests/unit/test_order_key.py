@@ -50,27 +50,6 @@ def test_item_keys_round_trip():
     assert shard_of_item_key("shard#my.stream#shardId-000000000001") == sid
 
 
-def test_kcl_lease_items_become_positions():
-    from kinesis_source.tools.cli import kcl_positions
-
-    items = [
-        {
-            "leaseKey": {"S": "shardId-000000000001"},
-            "checkpoint": {"S": "4959"},
-            "checkpointSubSequenceNumber": {"N": "3"},
-        },
-        {"leaseKey": {"S": "shardId-000000000000"}, "checkpoint": {"S": "SHARD_END"}},
-        {"leaseKey": {"S": "123456789012:other:1700000000:shardId-000000000007"}, "checkpoint": {"S": "TRIM_HORIZON"}},
-        {"leaseKey": {"S": "shardId-000000000002"}, "checkpoint": {"S": "LATEST"}},
-    ]
-    assert kcl_positions(items, "orders") == {
-        "orders/shardId-000000000000": "SHARD_END",
-        "orders/shardId-000000000001": "AFTER:4959:3",
-        "orders/shardId-000000000002": "LATEST",
-        "other/shardId-000000000007": "TRIM_HORIZON",
-    }
-
-
 # Sort keys of the bucket items format 2's release wrote for these shards, copied from
 # tests/fixtures/checkpoints/format2.json (and format3.json for the initial#NN ones).
 GOLDEN_BUCKETS = {
