@@ -1,5 +1,5 @@
-"""The ``kinesis-ddb`` command: ``checkpoints show|reset|export|import-kcl``, ``consumers
-deregister``, ``produce``, ``options`` and ``demo``."""
+"""The ``kinesis-ddb`` command: ``status``, ``checkpoints show|reset|export|import-kcl``,
+``consumers deregister``, ``produce``, ``options`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import socket
 import sys
 from datetime import datetime, timezone
-from typing import TextIO
 
 from kinesis_source import __version__
 from kinesis_source.aws.clients import AwsSettings
@@ -16,6 +15,7 @@ from kinesis_source.checkpoints.format import Snapshot
 from kinesis_source.checkpoints.store import CheckpointStore
 from kinesis_source.errors import CheckpointError, KinesisSourceError, OptionError
 from kinesis_source.option_values import parse_initial_position
+from kinesis_source.tools.status import age, table
 
 DEFAULT_TABLE = "kinesis_ddb_checkpoints"
 
@@ -131,25 +131,6 @@ def _existing(store: CheckpointStore) -> Snapshot:
     return snapshot
 
 
-def _age(stamp: str | None, now: datetime) -> str:
-    if not stamp:
-        return "-"
-    seconds = int((now - datetime.fromisoformat(stamp)).total_seconds())
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h"
-
-
-def _table(rows: list[list[str]], out: TextIO) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for n, row in enumerate(rows):
-        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)).rstrip() + "\n")
-        if n == 0:
-            out.write("  ".join("-" * w for w in widths) + "\n")
-
-
 def _show(args: argparse.Namespace) -> int:
     store = _store(args)
     snapshot = _existing(store)
@@ -158,7 +139,7 @@ def _show(args: argparse.Namespace) -> int:
     if meta is not None:
         print(
             f"application {store.app} in table {store.table}: epoch {meta.epoch}, owner "
-            f"{meta.owner} on {meta.owner_host}, claimed {_age(meta.claimed_at, now)} ago; "
+            f"{meta.owner} on {meta.owner_host}, claimed {age(meta.claimed_at, now)} ago; "
             f"initial position {meta.initial_spec or '-'}"
         )
     rows = [["shard", "position", "owner", "epoch", "committed", "age"]]
@@ -170,13 +151,28 @@ def _show(args: argparse.Namespace) -> int:
                 shard.owner or "-",
                 str(shard.epoch),
                 shard.committed_at or "-",
-                _age(shard.committed_at, now),
+                age(shard.committed_at, now),
             ]
         )
     if len(rows) == 1:
         print("no shard positions committed yet")
     else:
-        _table(rows, sys.stdout)
+        table(rows, sys.stdout)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from kinesis_source.tools.status import collect, render
+
+    snapshot = _existing(_store(args))
+    kinesis = AwsSettings(
+        region=args.region, endpoint_url=args.kinesis_endpoint_url or args.endpoint_url, profile=args.profile
+    ).failing_fast().boto3_client("kinesis")
+    shards = collect(snapshot, kinesis, args.max_records)
+    if args.json:
+        print(json.dumps([s.to_dict() for s in shards], indent=2, sort_keys=True))
+    else:
+        render(shards, sys.stdout)
     return 0
 
 
@@ -309,6 +305,16 @@ def build_parser() -> argparse.ArgumentParser:
     show = ck_sub.add_parser("show", help="each shard's committed position, owner, epoch, age")
     common(show)
     show.set_defaults(func=_show)
+
+    status = sub.add_parser(
+        "status", help="per shard: committed position, open/closed/finished, lag behind the tip"
+    )
+    common(status)
+    status.add_argument("--kinesis-endpoint-url", help="Kinesis endpoint URL (default: --endpoint-url)")
+    status.add_argument("--json", action="store_true", help="one JSON object per shard")
+    status.add_argument("--max-records", type=int, default=1000,
+                        help="records read per shard to count the lag (one GetRecords; more shows as >=)")
+    status.set_defaults(func=_status)
 
     export = ck_sub.add_parser("export", help="write positions as JSON for initialPosition")
     common(export)
