@@ -175,6 +175,8 @@ def _initial_position(text: str) -> InitialPosition:
     upper = raw.upper()
     if upper in ("TRIM_HORIZON", "LATEST"):
         return InitialPosition(upper)
+    if upper == "EARLIEST":  # the AWS connector's, kinesis-sql's and Databricks' alias
+        raise ValueError("is what other connectors call TRIM_HORIZON: write TRIM_HORIZON")
     if upper.startswith("AT_TIMESTAMP:"):
         try:
             return InitialPosition("AT_TIMESTAMP", timestamp=parse_timestamp(raw[13:]))

@@ -422,19 +422,6 @@ class SourceOptions:
         return SourceOptions(**values)
 
 
-# Other Kinesis sources' names for our options (lower case; the AWS connector prefixes its
-# options with "kinesis.", which is stripped before this lookup). Issue 18 completes the table.
-PEER_NAMES: dict[str, tuple[str, str]] = {
-    "startingposition": ("initialPosition", "the AWS connector's and kinesis-sql's"),
-    "initialpositioninstream": ("initialPosition", "KCL's"),
-    "endpoint": ("endpointUrl", "another connector's"),
-    "awsaccesskey": ("awsAccessKeyId", "Databricks'"),
-    "consumertype": ("consumerMode", "the AWS connector's"),
-    "stsrolearn": ("roleArn", "the AWS connector's"),
-    "awsstsrolearn": ("roleArn", "kinesis-sql's"),
-    "stssessionname": ("roleSessionName", "the AWS connector's"),
-    "awsstssessionname": ("roleSessionName", "kinesis-sql's"),
-}
 # Prefixes users carry over from Spark configs and the other connectors.
 _PREFIXES = ("spark.kinesis.", "kinesis.", "aws.", "spark.")
 
@@ -442,13 +429,15 @@ _PREFIXES = ("spark.kinesis.", "kinesis.", "aws.", "spark.")
 def _suggestion(key: str, known: Mapping[str, str]) -> str:
     """What to write instead of an unknown option ``key`` ('' if nothing fits), given our
     options by lower-case name."""
+    from kinesis_source.peers import hint
+
+    peer = hint(key, set(known))
+    if peer:
+        return peer
     lower = key.lower()
     bare = next((lower[len(p):] for p in _PREFIXES if lower.startswith(p)), lower)
     if bare in known:
         return f": options take no prefix here, use '{known[bare]}'"
-    if bare in PEER_NAMES:
-        ours, whose = PEER_NAMES[bare]
-        return f": '{key}' is {whose} name for it, here it is '{ours}'"
     close = difflib.get_close_matches(bare, list(known), n=1, cutoff=0.75)
     return f"; did you mean '{known[close[0]]}'?" if close else ""
 
@@ -460,6 +449,8 @@ def _parse_one(spec: Any, text: Any) -> Any:
         raise OptionError(f"Option '{key}' = {shown} is invalid: must be a string")
     try:
         return spec.metadata["parse"](text)
+    except OptionError:  # the parser named the option itself
+        raise
     except ValueError as exc:
         raise OptionError(f"Option '{key}' = {shown} is invalid: {exc}") from None
 

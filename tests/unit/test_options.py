@@ -112,8 +112,12 @@ def test_initial_position_json():
     msg = bad("shard 'shardId-1'", initialPosition='{"shardId-1": 42}')
     assert "use a string" in msg
     bad("use a sequence number", initialPosition='{"shardId-1": "yesterday"}')
-    msg = bad("'initialPosition' = 'EARLIEST'", initialPosition="EARLIEST")
+    msg = bad("'initialPosition' = 'FIRST'", initialPosition="FIRST")
     assert "TRIM_HORIZON, LATEST" in msg
+    # the name other connectors use for TRIM_HORIZON is refused, saying so, and said once
+    msg = bad("'initialPosition' = 'EARLIEST' is invalid: is what other connectors call TRIM_HORIZON",
+              initialPosition="EARLIEST")
+    assert msg.count("Option 'initialPosition'") == 1
 
 
 def test_credentials_rules_and_secret_never_shown():
@@ -174,12 +178,12 @@ def test_efo_options_need_efo_mode():
 @pytest.mark.parametrize(
     ("key", "hint"),
     [
-        ("startingposition", "is the AWS connector's and kinesis-sql's name for it, here it is 'initialPosition'"),
-        ("kinesis.startingPosition", "here it is 'initialPosition'"),
-        ("kinesis.endpointUrl", "options take no prefix here, use 'endpointUrl'"),
+        ("startingposition", "'startingposition' is kinesis-sql's option, here it is 'initialPosition'"),
+        ("kinesis.startingPosition", "is the AWS connector's option, here it is 'initialPosition'"),
+        ("kinesis.endpointUrl", "is the AWS connector's option, here it is 'endpointUrl'"),
+        ("kinesis.maxFetchTimePerShardSec", "is the AWS connector's option; kinesis-ddb has none ("),
+        ("awsAccessKey", "is Databricks' Kinesis source's option, here it is 'awsAccessKeyId'"),
         ("spark.kinesis.region", "options take no prefix here, use 'region'"),
-        ("initialPositionInStream", "is KCL's name for it, here it is 'initialPosition'"),
-        ("awsAccessKey", "here it is 'awsAccessKeyId'"),
         ("maxRecordPerBatch", "did you mean 'maxRecordsPerBatch'?"),
     ],
 )
@@ -196,9 +200,5 @@ def test_unknown_option_with_nothing_close_gets_no_guess():
     assert "did you mean" not in msg and "here it is" not in msg and "use '" not in msg
 
 
-def test_peer_names_point_to_declared_options():
-    keys = {spec["key"] for spec in option_specs()}
-    from kinesis_source.options import PEER_NAMES
-
-    assert {ours for ours, _ in PEER_NAMES.values()} <= keys
-    assert not {name for name in PEER_NAMES} & {k.lower() for k in keys}
+def test_earliest_is_named_as_other_connectors_trim_horizon():
+    bad("is what other connectors call TRIM_HORIZON: write TRIM_HORIZON", initialPosition="earliest")
