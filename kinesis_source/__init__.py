@@ -34,7 +34,21 @@ def register(spark: Any, on_commit: Callable[..., Any] | None = None) -> None:
         cluster_parallelism = parallelism
 
     _share_zip_path(spark)
-    spark.dataSource.register(KinesisDataSourceRegistered)
+    try:
+        spark.dataSource.register(KinesisDataSourceRegistered)
+    except Exception as exc:
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
+        # pyspark 4.0 refuses to replace a format it registered from pyspark_kinesis_ddb (4.2+
+        # replaces it). The registered source is this one; only what register() adds is lost.
+        if on_commit is not None:
+            from kinesis_source.errors import OptionError
+
+            raise OptionError(
+                "This pyspark cannot replace the format 'kinesis-ddb' it registered by itself "
+                "(module pyspark_kinesis_ddb), so register(spark, on_commit=...) cannot attach "
+                "the callback: give it with option 'onCommit' ('module:function') instead"
+            ) from None
 
 
 def _share_zip_path(spark: Any) -> None:

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kinesis_source.positions import seq_key
 
@@ -31,6 +32,17 @@ class Delivery:
     run: str
     batch: int
     rows: tuple[Key, ...]
+
+
+def per_shard(rows: Iterable[Any]) -> dict[str, list]:
+    """``rows`` (``(shard, seq)`` keys or sink rows with a ``shard_id``) grouped by shard, each
+    shard's in delivery order: what a replayed batch must reproduce. A task that reads several
+    shards interleaves their records as they arrive, so the order across shards is not part of a
+    batch."""
+    out: dict[str, list] = {}
+    for row in rows:
+        out.setdefault(getattr(row, "shard_id", None) or row[0], []).append(row)
+    return out
 
 
 @dataclass

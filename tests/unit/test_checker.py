@@ -105,3 +105,13 @@ def test_deliveries_load_in_run_order_then_batch_order(tmp_path):
         d("run00", 10, (A, "2")),
         d("run01", 2, (A, "3")),
     ]
+
+
+def test_a_replay_is_the_same_rows_in_the_same_order_per_shard():
+    from tests.support.checker import per_shard
+
+    first = [("a", "1"), ("b", "7"), ("a", "2"), ("b", "8")]
+    interleaved_otherwise = [("b", "7"), ("a", "1"), ("b", "8"), ("a", "2")]
+    assert per_shard(first) == per_shard(interleaved_otherwise)
+    assert per_shard(first) != per_shard([("a", "2"), ("a", "1"), ("b", "7"), ("b", "8")])
+    assert per_shard(first) != per_shard(first[:3])
