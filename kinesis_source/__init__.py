@@ -39,7 +39,7 @@ def register(spark: Any, on_commit: Callable[..., Any] | None = None) -> None:
     except Exception as exc:
         if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
             raise
-        # pyspark 4.0 refuses to replace a format it registered from pyspark_kinesis_ddb (4.2+
+        # pyspark 4.0 refuses to replace a format it registered from pyspark_kinesis_ddb (4.3
         # replaces it). The registered source is this one; only what register() adds is lost.
         if on_commit is not None:
             from kinesis_source.errors import OptionError
