@@ -1,7 +1,10 @@
 """kinesis-ddb: a Spark Structured Streaming source for Amazon Kinesis Data Streams.
 
-``register(spark)`` makes ``spark.readStream.format("kinesis-ddb")`` available. Importing this
-package needs no running Spark: the PySpark modules are imported only when registering.
+Installed in the Python environment Spark runs, ``spark.readStream.format("kinesis-ddb")`` is
+available by itself (PySpark registers the ``DefaultSource`` of the top-level module
+``pyspark_kinesis_ddb``); ``register(spark)`` does it explicitly, with a commit callback, the
+cluster's parallelism and the ``--py-files`` route. Importing this package needs no running
+Spark: the PySpark modules are imported only when registering.
 """
 
 from __future__ import annotations

@@ -59,8 +59,8 @@ from kinesis_source.checkpoints.format import (
 )
 from kinesis_source.checkpoints.table import ensure_table
 from kinesis_source.checkpoints.writes import FencedWriter
-from kinesis_source.errors import NO_CREDENTIALS as _NO_CREDENTIALS
 from kinesis_source.errors import (
+    NO_CREDENTIALS,
     CheckpointError,
     CheckpointFencedError,
 )
@@ -97,7 +97,7 @@ def _names_the_table(method: F) -> F:
                 ) from None
             if isinstance(exc, NoCredentialsError):
                 raise CheckpointError(
-                    f"No AWS credentials for DynamoDB ({self._where()}): {_NO_CREDENTIALS}"
+                    f"No AWS credentials for DynamoDB ({self._where()}): {NO_CREDENTIALS}"
                 ) from None
             raise CheckpointError(
                 f"DynamoDB failed for {self._where()}: {exc}. Check option "
