@@ -48,6 +48,10 @@ class KinesisSourceError(KinesisDdbError, RuntimeError):
     """An error the user can act on; the message names the stream and shard."""
 
 
+class StreamNotFoundError(KinesisSourceError):
+    """The stream does not exist (the message says which option names it)."""
+
+
 class RangeIncompleteError(KinesisSourceError):
     """A planned range could not be read to its end."""
 

@@ -25,7 +25,7 @@ from tenacity import (
 
 from kinesis_source.aws.clients import error_code
 from kinesis_source.aws.retries import is_connect_error
-from kinesis_source.errors import NO_CREDENTIALS, KinesisSourceError, ShardNotFoundError
+from kinesis_source.errors import NO_CREDENTIALS, KinesisSourceError, ShardNotFoundError, StreamNotFoundError
 from kinesis_source.positions import Position
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,7 @@ def stream_must_exist(stream: str) -> Iterator[None]:
         yield
     except ClientError as exc:
         if error_code(exc) == NOT_FOUND:
-            raise KinesisSourceError(
+            raise StreamNotFoundError(
                 f"Kinesis stream '{stream}' was not found: check option 'streamName' "
                 f"(and 'region'/'endpointUrl' if the stream is elsewhere). AWS said: {exc}"
             ) from None
@@ -164,7 +164,7 @@ def missing_shard_or_stream(client: Any, stream: str, shard_id: str, exc: Client
     try:
         with stream_must_exist(stream):
             client.describe_stream_summary(StreamName=stream)
-    except KinesisSourceError as missing:
+    except StreamNotFoundError as missing:
         return missing
     return ShardNotFoundError(stream, shard_id)
 

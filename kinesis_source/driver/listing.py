@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from kinesis_source.aws.kinesis import AsyncKinesis, ShardInfo
-from kinesis_source.errors import KinesisSourceError
+from kinesis_source.errors import StreamNotFoundError
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import ShardId
 
@@ -63,7 +63,7 @@ class ShardListing:
     async def _list(self, k: AsyncKinesis, stream: str) -> list[ShardInfo]:
         try:
             return await k.list_shards(stream)
-        except KinesisSourceError:
+        except StreamNotFoundError:
             if self._opts.fail_on_data_loss:
                 raise
             log.warning(

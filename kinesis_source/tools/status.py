@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from kinesis_source.aws.kinesis import ShardInfo, stream_must_exist
 from kinesis_source.checkpoints.format import Snapshot
+from kinesis_source.errors import StreamNotFoundError
 from kinesis_source.positions import AFTER, Position, ShardId, seq_key
 
 OPEN, CLOSED, FINISHED, GONE, NOT_STARTED = "open", "closed", "finished", "gone", "not started"
@@ -78,11 +79,14 @@ def collect(
         names |= set(snapshot.meta.streams)
     listing: dict[str, Mapping[str, ShardInfo]] = {}
     for stream in sorted(names):
-        with stream_must_exist(stream):
-            pages = client.get_paginator("list_shards").paginate(StreamName=stream)
-            listing[stream] = {
-                s["ShardId"]: ShardInfo.from_api(s) for page in pages for s in page.get("Shards", [])
-            }
+        try:
+            with stream_must_exist(stream):
+                pages = client.get_paginator("list_shards").paginate(StreamName=stream)
+                listing[stream] = {
+                    s["ShardId"]: ShardInfo.from_api(s) for page in pages for s in page.get("Shards", [])
+                }
+        except StreamNotFoundError:  # deleted since: its committed shards are gone
+            listing[stream] = {}
     keys = set(committed) | {ShardId(st, sh) for st, shards in listing.items() for sh in shards}
     out = []
     for key in sorted(keys, key=str):

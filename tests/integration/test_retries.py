@@ -113,3 +113,21 @@ def test_a_driver_client_that_reached_its_endpoint_rides_out_an_outage(endpoint,
         client.list_streams()
     assert len(waits(caplog)) == 5
     assert sum("EndpointConnectionError" in r.getMessage() for r in caplog.records) >= 4
+
+
+def test_an_unreachable_endpoint_is_not_taken_for_a_missing_stream():
+    """With failOnDataLoss=false a missing stream is read as empty; an endpoint that cannot be
+    reached must still fail, naming the option."""
+    from kinesis_source.driver.planner import Planner
+    from kinesis_source.errors import KinesisSourceError
+    from kinesis_source.options import SourceOptions
+
+    opts = SourceOptions.parse({"streamName": "orders", "applicationName": "a", "region": "us-east-1",
+                                "endpointUrl": f"http://127.0.0.1:{refused_port()}",
+                                "failOnDataLoss": "false", "awsAccessKeyId": "k", "awsSecretKey": "s"})
+    planner = Planner(opts)
+    try:
+        with pytest.raises(KinesisSourceError, match="Could not connect to Kinesis for stream 'orders'"):
+            planner.shard_ids()
+    finally:
+        planner.close()

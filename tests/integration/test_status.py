@@ -50,6 +50,11 @@ def test_status_shows_each_shards_position_and_lag(spark, kinesis, ddb, make_str
     assert all(s["behind_records"] == min(2, lag[s["shard"]]) for s in few)
     assert all(s["behind_exact"] is (lag[s["shard"]] < 2) for s in few)
 
+    kinesis.delete_stream(StreamName=stream)  # deleted since: its committed shards are gone
+    wait_for(lambda: stream not in kinesis.list_streams()["StreamNames"], timeout=30, what="the deletion")
+    gone = json.loads(cli("status", *where, "--json").stdout)
+    assert {s["shard"] for s in gone} == set(last) and {s["state"] for s in gone} == {GONE}
+
 
 @pytest.mark.parametrize(("info", "position", "state"), [
     (None, Position.after("5"), GONE),
