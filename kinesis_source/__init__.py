@@ -59,7 +59,7 @@ def _share_zip_path(spark: Any) -> None:
     the ``PYTHONPATH`` Spark gives the Python processes of what is registered next.
 
     Spark's streaming-source helper, which plans batches on the driver, is not given the
-    ``--py-files`` includes that task workers get (pyspark 4.0-4.1 send it none), so it could not
+    ``--py-files`` includes that task workers get (measured on pyspark 4.3), so it could not
     unpickle the source class. Spark passes ``SparkContext.environment`` with every Python
     function it registers and merges its ``PYTHONPATH`` into the helper's. Nothing changes for a
     package installed in the interpreter's own environment.
