@@ -94,6 +94,7 @@ def test_the_wheel_holds_the_package_its_auto_registration_and_its_command(wheel
         meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         entry = zf.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert "pyspark_kinesis_ddb.py" in names and "kinesis_source/py.typed" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
     assert "kinesis_source/source.py" in names
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "docs/"))]
     assert "kinesis-ddb = kinesis_source.tools.cli:main" in entry
