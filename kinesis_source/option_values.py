@@ -95,6 +95,24 @@ def parse_bool(text: str) -> bool:
     return value == "true"
 
 
+def import_function(path: str, option: str, where: str) -> Callable[..., Any]:
+    """The function a ``package.module:function`` option names, imported in this process
+    (``where`` says which, for the error when it cannot be)."""
+    import importlib
+
+    module_name, _, func_name = path.partition(":")
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+    except (ImportError, AttributeError) as exc:
+        raise OptionError(
+            f"Option '{option}' = {path!r} cannot be loaded in {where}: {exc}. The module must be "
+            "importable there (installed, or on --py-files)"
+        ) from None
+    if not callable(func):
+        raise OptionError(f"Option '{option}' = {path!r} is not a function")
+    return func
+
+
 def parse_callback_path(text: str) -> str:
     if not _CALLBACK_RE.match(text.strip()):
         raise ValueError("must be a dotted path 'package.module:function'")

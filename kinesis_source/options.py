@@ -347,6 +347,18 @@ class SourceOptions:
         parse_non_empty,
     )
 
+    credentials_provider: str | None = _option(
+        "credentialsProvider",
+        "string",
+        None,
+        "Credentials from your own function `package.module:function`, called with no arguments "
+        "in every process that calls AWS (driver helper and executors: it must be importable in "
+        "each) and returning a mapping of `access_key`, `secret_key`, optional `token` and "
+        "optional `expiry_time` (ISO-8601; it is called again before then). Excludes "
+        "`awsAccessKeyId` and `profile`; with `roleArn` it gives the credentials that assume "
+        "the role.",
+        parse_callback_path,
+    )
     role_arn: str | None = _option(
         "roleArn",
         "string",
@@ -393,6 +405,11 @@ class SourceOptions:
         if self.consumer_mode != "efo" and (self.consumer_name or self.deregister_consumer):
             raise OptionError(
                 "Options 'consumerName' and 'deregisterConsumer' need consumerMode=efo"
+            )
+        if self.credentials_provider and (self.aws_access_key_id or self.profile):
+            raise OptionError(
+                "Option 'credentialsProvider' excludes 'awsAccessKeyId' and 'profile': give one "
+                "way of finding credentials"
             )
         if self.profile and self.aws_access_key_id:
             raise OptionError(

@@ -67,9 +67,10 @@ AWS = (
         _P("kinesis.awsAccessKeyId", "awsAccessKeyId"),
         _P("kinesis.awsSecretKey", "awsSecretKey"),
         _P("kinesis.sessionToken", "awsSessionToken"),
-        _P("kinesis.credentialProviderClass", None, "a pluggable credentials provider: "
-           + _PLANNED + "; use `profile`, `roleArn` or boto3's default chain"),
-        _P("kinesis.credentialProviderParam", None, "see `kinesis.credentialProviderClass`"),
+        _P("kinesis.credentialProviderClass", "credentialsProvider", "a Python function "
+           "`package.module:function` returning the keys, instead of a JVM class"),
+        _P("kinesis.credentialProviderParam", None, "the function takes no argument: bind what "
+           "it needs in its module"),
         _P("kinesis.dynamodb.tableName", "checkpointTable", "one table holds many applications, "
            "keyed by `applicationName`"),
         _P("kinesis.subscribeToShard.timeoutSec", None, "a subscription is read until its range "

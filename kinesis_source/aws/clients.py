@@ -79,6 +79,7 @@ class AwsSettings:
     role_session_name: str = "kinesis-ddb"
     role_external_id: str | None = field(default=None, repr=False)
     sts_endpoint_url: str | None = None
+    credentials_provider: str | None = None  # package.module:function (aws/credentials.py)
     max_retries: int = 10
     retry_base_delay_ms: int = 1000
     # The driver's and the CLI's clients: "could not connect" before any answer is an error in
@@ -140,9 +141,15 @@ class AwsSettings:
             args["ExternalId"] = self.role_external_id
         return args
 
-    def _base_session(self, session: Any) -> Any:
+    def _base_session(self, session: Any, aio: bool = False) -> Any:
         if self.access_key_id:
             session.set_credentials(self.access_key_id, self.secret_key, self.session_token)
+        elif self.credentials_provider:
+            from kinesis_source.aws import credentials
+
+            made = credentials.aio_credentials if aio else credentials.sync_credentials
+            # botocore has no public setter for refreshable credentials on a session.
+            session._credentials = made(self.credentials_provider)
         return session
 
     def boto3_client(self, service: str) -> Any:
@@ -195,7 +202,7 @@ class AwsSettings:
             max_pool_connections=_ASYNC_POOL,
         )
         try:
-            source = self._base_session(AioSession(profile=self.profile))
+            source = self._base_session(AioSession(profile=self.profile), aio=True)
             session = source
             if self.role_arn:
                 fetcher = AioAssumeRoleCredentialFetcher(
@@ -228,6 +235,7 @@ def _credentials(opts: SourceOptions) -> dict[str, Any]:
         "role_session_name": opts.role_session_name,
         "role_external_id": opts.role_external_id,
         "sts_endpoint_url": opts.sts_endpoint_url,
+        "credentials_provider": opts.credentials_provider,
         "max_retries": opts.max_retries,
         "retry_base_delay_ms": opts.retry_base_delay_ms,
     }

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -11,7 +10,8 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any
 
-from kinesis_source.errors import CommitCallbackError, OptionError
+from kinesis_source.errors import CommitCallbackError
+from kinesis_source.option_values import import_function
 from kinesis_source.positions import AFTER, Position, ShardId
 
 log = logging.getLogger(__name__)
@@ -37,17 +37,7 @@ class CommitInfo:
 
 def load_callback(path: str) -> Callable[[CommitInfo], Any]:
     """Import ``package.module:function`` (the ``onCommit`` option)."""
-    module_name, _, func_name = path.partition(":")
-    try:
-        func = getattr(importlib.import_module(module_name), func_name)
-    except (ImportError, AttributeError) as exc:
-        raise OptionError(
-            f"Option 'onCommit' = {path!r} cannot be loaded in Spark's driver-side Python "
-            f"process: {exc}. The module must be importable there (installed, or on --py-files)"
-        ) from None
-    if not callable(func):
-        raise OptionError(f"Option 'onCommit' = {path!r} is not a function")
-    return func
+    return import_function(path, "onCommit", "Spark's driver-side Python process")
 
 
 def commit_info(

@@ -45,6 +45,7 @@ BAD_VALUES: dict[str, list[str]] = {
     "dynamodbEndpointUrl": ["localhost:8000", "file:///tmp/x", "http://"],
     "dynamodbRegion": [],
     "onCommit": ["not a path", "module", "pkg.mod:", ":fn", "a.b:c d"],
+    "credentialsProvider": ["not a path", "module", "pkg.mod:", ":fn"],
     "onCommitErrors": ["ignore", "raise"],
     "failOnDataLoss": ["no", "0"],
     "retryBaseDelayMs": ["abc", "0", "60001", "-1"],
@@ -82,6 +83,7 @@ COMBINATIONS = [
     ({"roleExternalId": "x"}, ["roleExternalId", "roleArn"]),
     ({"stsEndpointUrl": "http://127.0.0.1:1"}, ["stsEndpointUrl", "roleArn"]),
     ({"profile": "p", "awsAccessKeyId": "k", "awsSecretKey": "k"}, ["profile", "awsAccessKeyId"]),
+    ({"credentialsProvider": "m:f", "profile": "p"}, ["credentialsProvider", "profile"]),
     ({"streamNmae": "x"}, ["streamNmae", "streamName"]),  # a misspelt option: did you mean
     ({"noSuchOption": "x"}, ["noSuchOption"]),
 ]
