@@ -169,6 +169,22 @@ def missing_shard_or_stream(client: Any, stream: str, shard_id: str, exc: Client
     return ShardNotFoundError(stream, shard_id)
 
 
+def created_at(summary: dict) -> datetime:
+    """A stream's creation time (UTC) from a ``DescribeStreamSummary`` response."""
+    created = summary["StreamDescriptionSummary"]["StreamCreationTimestamp"]
+    if not isinstance(created, datetime):
+        created = datetime.fromtimestamp(float(created), tz=timezone.utc)
+    return created.astimezone(timezone.utc)
+
+
+def list_shards(client: Any, stream: str) -> list[ShardInfo]:
+    """Every shard of ``stream`` with a boto3 client (the commands; the driver lists with
+    :class:`AsyncKinesis`)."""
+    with stream_must_exist(stream):
+        pages = client.get_paginator("list_shards").paginate(StreamName=stream)
+        return [ShardInfo.from_api(s) for page in pages for s in page.get("Shards", [])]
+
+
 class AsyncKinesis:
     """The driver's async Kinesis calls, with call and record counters for the probe cost."""
 
@@ -201,10 +217,7 @@ class AsyncKinesis:
         self.calls += 1
         with stream_must_exist(stream):
             resp = await self._client.describe_stream_summary(StreamName=stream)
-        created = resp["StreamDescriptionSummary"]["StreamCreationTimestamp"]
-        if not isinstance(created, datetime):
-            created = datetime.fromtimestamp(float(created), tz=timezone.utc)
-        return created.astimezone(timezone.utc).isoformat(timespec="milliseconds")
+        return created_at(resp).isoformat(timespec="milliseconds")
 
     async def iterator(self, stream: str, shard_id: str, position: Position) -> str:
         """A shard iterator at ``position``; :class:`ShardNotFoundError` if the stream no

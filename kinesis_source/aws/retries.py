@@ -95,7 +95,6 @@ class RetryHandler:
         self.rule = rule
         self.is_async = is_async
         self.reached = False
-        self.retries = 0  # retries granted, for tests and counters
         self._adapter = RetryEventAdapter()
         self._throttled = ThrottledRetryableChecker()
         attempts = rule.max_retries + 1
@@ -138,7 +137,6 @@ class RetryHandler:
             return False
         throttled = bool(self._throttled.is_retryable(context))
         wait = self.rule.delay(retry, throttled)
-        self.retries += 1
         log.debug(
             "Retry %d of %d of %s in %.3f s (%s)",
             retry,

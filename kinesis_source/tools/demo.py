@@ -216,15 +216,14 @@ def _committed(store: CheckpointStore, producer: LoadProducer) -> Counter:
         positions = store.snapshot().positions()
     except CheckpointError:  # the query has not made the table yet
         return Counter()
+    sent = producer.snapshot()
     done: Counter = Counter()
     for key, position in positions.items():
         if position.is_shard_end:
-            done[key.shard] = sum(1 for s in producer.snapshot() if s.shard_id == key.shard)
+            done[key.shard] = sum(1 for s in sent if s.shard_id == key.shard)
         elif position.seq is not None:
             upto = seq_key(position.seq)
-            done[key.shard] = sum(
-                1 for s in producer.snapshot() if s.shard_id == key.shard and seq_key(s.seq) <= upto
-            )
+            done[key.shard] = sum(1 for s in sent if s.shard_id == key.shard and seq_key(s.seq) <= upto)
     return done
 
 

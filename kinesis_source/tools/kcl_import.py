@@ -23,7 +23,7 @@ from kinesis_source.positions import ShardId, check_seq
 
 LEASE = "LEASE"
 # KCL's sentinels that are positions of ours as they are.
-_SENTINELS = {"TRIM_HORIZON": "TRIM_HORIZON", "LATEST": "LATEST", "SHARD_END": "SHARD_END"}
+_SENTINELS = {"TRIM_HORIZON", "LATEST", "SHARD_END"}
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def positions(
 def _position(lease: Lease, at_timestamp: str | None) -> str:
     checkpoint = lease.checkpoint
     if checkpoint in _SENTINELS:
-        return _SENTINELS[checkpoint]
+        return checkpoint
     if checkpoint == "AT_TIMESTAMP":
         if at_timestamp is None:
             raise OptionError(
@@ -161,17 +161,13 @@ def scan(client: object, table: str) -> list[dict]:
 def stream_facts(client: object, streams: Iterable[str]) -> tuple[dict[str, list[ShardInfo]], dict[str, float]]:
     """Each stream's shards (``ListShards``) and creation time in epoch seconds
     (``DescribeStreamSummary``), with a boto3 Kinesis client."""
-    from datetime import datetime
-
-    from kinesis_source.aws.kinesis import stream_must_exist
+    from kinesis_source.aws.kinesis import created_at, list_shards, stream_must_exist
 
     listing: dict[str, list[ShardInfo]] = {}
     created: dict[str, float] = {}
     for stream in streams:
+        listing[stream] = list_shards(client, stream)
         with stream_must_exist(stream):
-            pages = client.get_paginator("list_shards").paginate(StreamName=stream)  # type: ignore[attr-defined]
-            listing[stream] = [ShardInfo.from_api(s) for page in pages for s in page.get("Shards", [])]
             summary = client.describe_stream_summary(StreamName=stream)  # type: ignore[attr-defined]
-        stamp = summary["StreamDescriptionSummary"]["StreamCreationTimestamp"]
-        created[stream] = stamp.timestamp() if isinstance(stamp, datetime) else float(stamp)
+        created[stream] = created_at(summary).timestamp()
     return listing, created

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from kinesis_source.aws.kinesis import ShardInfo, stream_must_exist
+from kinesis_source.aws.kinesis import ShardInfo, list_shards
 from kinesis_source.checkpoints.format import Snapshot
 from kinesis_source.errors import StreamNotFoundError
 from kinesis_source.positions import AFTER, Position, ShardId, seq_key
@@ -80,11 +80,7 @@ def collect(
     listing: dict[str, Mapping[str, ShardInfo]] = {}
     for stream in sorted(names):
         try:
-            with stream_must_exist(stream):
-                pages = client.get_paginator("list_shards").paginate(StreamName=stream)
-                listing[stream] = {
-                    s["ShardId"]: ShardInfo.from_api(s) for page in pages for s in page.get("Shards", [])
-                }
+            listing[stream] = {s.shard_id: s for s in list_shards(client, stream)}
         except StreamNotFoundError:  # deleted since: its committed shards are gone
             listing[stream] = {}
     keys = set(committed) | {ShardId(st, sh) for st, shards in listing.items() for sh in shards}
