@@ -32,6 +32,29 @@ def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+_BYTE_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "KIB": 1024, "MIB": 1024**2}
+
+
+def byte_rate_in(lo: float, hi: float) -> Callable[[str], float]:
+    """Bytes per second in ``(lo, hi]``: a number, optionally with a unit (``KiB``, ``MiB``,
+    ``KB``, ``MB``; ``/s`` may follow)."""
+    top = f"{hi / 1024**2:g}MiB" if hi >= 1024**2 else f"{hi:g}"
+    rule = (f"bytes per second greater than {lo:g} and at most {top} (a number, or with a unit: "
+            "512KiB, 0.5MiB, 1MB)")
+
+    def parse(text: str) -> float:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*(/s)?\s*", text)
+        unit = match.group(2).upper() if match else ""
+        if match is None or unit not in _BYTE_UNITS:
+            raise ValueError(f"must be {rule}")
+        value = float(match.group(1)) * _BYTE_UNITS[unit]
+        if not lo < value <= hi:
+            raise ValueError(f"must be {rule}")
+        return value
+
+    return parse
+
+
 def float_in(lo: float, hi: float) -> Callable[[str], float]:
     """A number in ``(lo, hi]``."""
     rule = f"a number greater than {lo:g} and at most {hi:g}"

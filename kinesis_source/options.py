@@ -16,6 +16,7 @@ from typing import Any
 from kinesis_source.errors import OptionError
 from kinesis_source.option_values import (
     InitialPosition,
+    byte_rate_in,
     float_in,
     int_in,
     one_of,
@@ -151,6 +152,17 @@ class SourceOptions:
         "executors together (Kinesis allows 5 per shard). In steady state executors read on "
         "with the iterator the driver's probe left at the batch start and make none.",
         float_in(0, 5),
+    )
+    max_read_rate_per_shard: float | None = _option(
+        "maxReadRatePerShard",
+        "bytes/s",
+        None,
+        "Most bytes a second this query reads from one shard, driver and executors together "
+        "(e.g. `512KiB`, `0.5MiB`, `1MB`, or a number of bytes). Default: no cap of its own: "
+        "reads are paced to the shard's 2 MiB/s and 10 MiB burst, less what other applications "
+        "were found to read (a refused call teaches it). Set it to leave a known share to "
+        "other applications, or to spread a catch-up over time. See docs/operations.md.",
+        byte_rate_in(0, 2 * 1024 * 1024),
     )
     tip_reports: bool = _option(
         "tipReports",

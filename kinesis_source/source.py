@@ -262,7 +262,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         from kinesis_source.driver.planner import plan_ranges
         from kinesis_source.driver.tasks import group, shards_per_task
 
-        settings = AwsSettings.for_kinesis(self._opts)
+        settings = AwsSettings.for_kinesis(self._opts).pacing_reads()
         self._known_end = self._offset(end)
         ranges = plan_ranges(self._offset(start), self._known_end)
         arns: dict[str, str] = {}
@@ -275,7 +275,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         hashes = self.planner.hash_ranges() if ranges else {}
         booked, report_to = self.planner.hand_over(ranges) if ranges else ({}, None)
         reads = [
-            ShardRead(r, arns.get(r.stream), hashes.get(r.shard), *booked.get(r.shard, (None, 0.0, None)))
+            ShardRead(r, arns.get(r.stream), hashes.get(r.shard), *booked.get(r.shard, (None, 0.0, None, None)))
             for r in ranges
         ]
         per_task = shards_per_task(len(reads), self._opts.shards_per_task, self._parallelism)

@@ -6,8 +6,9 @@ table the last record it saw, how far that page was behind the shard's newest re
 (``MillisBehindLatest``) and, when polling, the page's ``NextShardIterator`` (the driver's next
 probe of the shard goes on from it in one call); and how many records it saw past its range's
 end (the next range, up to the reported record, holds that many: it is read with an exact
-``Limit``) and the bytes it read. While a shard is being read the driver does not
-probe it: the report arrives before the batch ends, so the next ``latestOffset`` answers from it.
+``Limit``) and the bytes it read, with the shard's byte model as the read left it. While a
+shard is being read the driver does not probe it: the report arrives before the batch ends, so
+the next ``latestOffset`` answers from it.
 
 A report only ever names a record a read returned, so an end the driver plans from it is a
 record that exists; a report that is lost, late or refused costs the driver a probe, never a
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kinesis_source.positions import ShardId, check_seq
+from kinesis_source.read_rate import RateState
 
 MAX_MESSAGE_BYTES = 1 << 20  # a task's report: a line per shard is ~1 KB, with the iterator
 MAX_ITERATOR_CHARS = 4096
@@ -44,12 +46,15 @@ class TipReport:
     past: int = 0  # records the read saw after the range's end, ``seq`` the last of them
     read_bytes: int = 0  # data bytes the read received
     extra_bytes: int = 0  # of them, bytes outside the range (past its end, the opening check)
+    # the shard's byte model as the read left it (polling): the driver's model goes on from it
+    rate: RateState | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report's JSON object."""
         return {"shard": str(self.shard), "seq": self.seq, "behindMs": self.behind_ms,
                 "iterator": self.iterator, "calls": self.calls, "end": self.end, "past": self.past,
-                "readBytes": self.read_bytes, "extraBytes": self.extra_bytes}
+                "readBytes": self.read_bytes, "extraBytes": self.extra_bytes,
+                "rate": self.rate.to_json() if self.rate is not None else None}
 
     @staticmethod
     def from_json(data: Any) -> TipReport:
@@ -80,9 +85,10 @@ class TipReport:
             raise ValueError(f"end {end!r} is not a sequence number")
         shard = ShardId.parse(str(data.get("shard")))
         times = {op: [float(t) for t in ts] for op, ts in calls.items()}
+        rate = RateState.from_json(data["rate"]) if data.get("rate") is not None else None
         return TipReport(shard, check_seq(seq), behind, iterator, times,
                          check_seq(end) if end is not None else None,
-                         counts["past"], counts["readBytes"], counts["extraBytes"])
+                         counts["past"], counts["readBytes"], counts["extraBytes"], rate)
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,8 @@ class AwsSettings:
     # The driver's and the CLI's clients: "could not connect" before any answer is an error in
     # the endpoint options, not an outage (see retries.py).
     fail_fast_unreached: bool = False
+    # The source's readers' clients: GetRecords throttles come back to the reader at once.
+    paced_reads: bool = False
 
     @staticmethod
     def for_kinesis(opts: SourceOptions) -> AwsSettings:
@@ -102,11 +104,17 @@ class AwsSettings:
 
     def retry_rule(self) -> RetryRule:
         """How this client's calls are retried (``maxRetries``, ``retryBaseDelayMs``)."""
-        return RetryRule(self.max_retries, self.retry_base_delay_ms, self.fail_fast_unreached)
+        paced = frozenset({"GetRecords"}) if self.paced_reads else frozenset()
+        return RetryRule(self.max_retries, self.retry_base_delay_ms, self.fail_fast_unreached, paced)
 
     def failing_fast(self) -> AwsSettings:
         """These settings for a client that gives up at once on an endpoint it never reached."""
         return replace(self, fail_fast_unreached=True)
+
+    def pacing_reads(self) -> AwsSettings:
+        """These settings for a reader's client: it retries ``GetRecords`` throttles itself, when
+        its model of the shard's byte budget says (``read_rate.py``)."""
+        return replace(self, paced_reads=True)
 
     def _config(self) -> Config:
         # Every request is built by this package from validated options, so botocore's

@@ -3,8 +3,9 @@ the driver's async client.
 
 Throttling, 5xx and network errors are retried by botocore's standard retry mode (see
 ``clients.py``); tenacity handles only what botocore cannot: an expired iterator is
-re-derived (:func:`expiry_retry`). Shard iterators never leave the readers and the probe:
-callers speak in positions and ranges.
+re-derived (:func:`expiry_retry`), and a reader's throttled ``GetRecords`` is tried again when
+the shard's byte model says, not after a backoff guess (:func:`throttle_retry`). Shard
+iterators never leave the readers and the probe: callers speak in positions and ranges.
 """
 
 from __future__ import annotations
@@ -49,6 +50,22 @@ _EXPIRY_ATTEMPTS = 5
 
 def is_expired(exc: BaseException) -> bool:
     return error_code(exc) == EXPIRED_ITERATOR
+
+
+def is_throttled(exc: BaseException) -> bool:
+    """True for a call refused for throughput (the shard's calls or bytes were spent)."""
+    return error_code(exc) == THROTTLED
+
+
+def throttle_retry(attempts: int) -> dict[str, Any]:
+    """tenacity settings for a reader's ``GetRecords`` that its client hands back when throttled
+    (``AwsSettings.pacing_reads``): retried at once, because each attempt first waits for the
+    shard's byte model (``read_rate.py``), which the refusal has just set to empty."""
+    return {
+        "retry": retry_if_exception(is_throttled),
+        "stop": stop_after_attempt(attempts),
+        "reraise": True,
+    }
 
 
 def expiry_retry() -> dict[str, Any]:
@@ -106,6 +123,8 @@ class Page:
     records: list[dict]
     next_iterator: str | None
     behind_ms: int
+    # the Limit the call was made with, when the byte budget lowered the caller's
+    asked: int | None = None
 
     @property
     def at_tip(self) -> bool:
@@ -117,7 +136,8 @@ class Page:
     def caught_up(self, limit: int) -> bool:
         """True when the reader has reached the tip: the shard ended, or the page is at the tip
         and held fewer records than asked for (so none were left behind it)."""
-        return self.next_iterator is None or (self.behind_ms == 0 and len(self.records) < limit)
+        asked = limit if self.asked is None else min(limit, self.asked)
+        return self.next_iterator is None or (self.behind_ms == 0 and len(self.records) < asked)
 
     @staticmethod
     def from_api(resp: dict) -> Page:
@@ -262,6 +282,10 @@ class AsyncKinesis:
                         current["it"] = None
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def remember(self, iterator: str, key: Any) -> None:
+        """Note that ``iterator`` reads shard ``key`` (nothing here; see the driver's paced
+        client, whose budgets are per shard)."""
 
     def forget(self, key: Any) -> None:
         """Drop what is kept for a shard that left the query (nothing here; see the driver's

@@ -11,6 +11,10 @@ conditions whether the attempt may be retried and answers with the delay of
 botocore's own handler is unregistered where it can be found; if a release renames it, ours
 still decides, because the first non-``None`` answer wins.
 
+A Kinesis client of the source's readers hands ``GetRecords`` throttles back at once
+(``caller_paced``): the reader's model of the shard's byte budget knows when the next call fits
+(``read_rate.py``), which no backoff formula does.
+
 A client that has never had an answer from its endpoint treats "could not connect" as a
 configuration error, not an outage, when its rule says so (the driver's clients): a wrong
 ``endpointUrl`` then fails in about a second instead of after every retry.
@@ -64,6 +68,9 @@ class RetryRule:
     max_retries: int
     base_ms: int
     fail_fast_unreached: bool = False
+    # Operations whose throttling errors go straight back to the caller, which knows how long
+    # the shard's budget needs (read_rate.py): retried there, not after this rule's guess.
+    caller_paced: frozenset[str] = frozenset()
 
     def delay(self, retry: int, throttled: bool, rand: Callable[[], float] = random.random) -> float:
         """Seconds to wait before retry number ``retry`` (1-based)."""
@@ -136,12 +143,15 @@ class RetryHandler:
         ):
             return False
         throttled = bool(self._throttled.is_retryable(context))
+        operation = getattr(context.operation_model, "name", "?")
+        if throttled and operation in self.rule.caller_paced:
+            return False
         wait = self.rule.delay(retry, throttled)
         log.debug(
             "Retry %d of %d of %s in %.3f s (%s)",
             retry,
             self.rule.max_retries,
-            getattr(context.operation_model, "name", "?"),
+            operation,
             wait,
             "throttled" if throttled else _what(context),
         )

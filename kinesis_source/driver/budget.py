@@ -9,6 +9,11 @@ planned (the executor paces its further pages itself, see ``executor/polling.py`
 A budget of ``r`` calls a second is kept as "at most ``n`` calls in any ``n / r`` seconds"
 (``n`` = ``ceil(r)``), so every longer window also holds at most ``r`` calls a second, which is
 how Kinesis and the acceptance figures count.
+
+Bytes have their budget too (:class:`ByteBudget`, one ``read_rate.ShardBytes`` model per shard):
+the driver's probes spend from it and fit their ``Limit`` to it, each executor read starts
+from the model's state handed over with its range, and the state the read ended with (in its
+tip report) replaces the driver's.
 """
 
 from __future__ import annotations
@@ -21,14 +26,19 @@ import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Hashable
 
-from kinesis_source.aws.kinesis import AsyncKinesis, Page
+from botocore.exceptions import ClientError
+from tenacity import AsyncRetrying
+
+from kinesis_source.aws.kinesis import AsyncKinesis, Page, is_throttled, throttle_retry
 from kinesis_source.positions import Position
+from kinesis_source.read_rate import RateState, ShardBytes, page_bytes, rebased
 
 GET_RECORDS = "GetRecords"
 GET_SHARD_ITERATOR = "GetShardIterator"
 # Iterators remembered per shard, to know which shard a GetRecords call spends: the newest few
 # are all a reader still holds.
 _ITERATORS_PER_SHARD = 16
+_UNKNOWN_SHARD = ("", "")  # the byte model of calls on iterators whose shard is not known
 
 
 class _Window:
@@ -138,16 +148,62 @@ class CallBudget:
                 self._windows.pop((key, op), None)
 
 
+class ByteBudget:
+    """Every shard's byte model on the driver, under the planning lock (times: wall clock)."""
+
+    def __init__(self, cap: float | None, lock: threading.RLock) -> None:
+        self.cap = cap
+        self.lock = lock
+        self._models: dict[Hashable, ShardBytes] = {}
+
+    def model(self, key: Hashable) -> ShardBytes:
+        """``key``'s model (a full bucket the first time)."""
+        with self.lock:
+            found = self._models.get(key)
+            if found is None:
+                found = self._models[key] = ShardBytes(self.cap, None, time.time())
+            return found
+
+    def hand_out(self, key: Hashable, records: int | None) -> RateState:
+        """The state an executor read of ``key`` starts from; the read's bytes (``records``
+        records, when known, at the shard's size) are booked here until its report."""
+        with self.lock:
+            model, now = self.model(key), time.time()
+            state = model.state(now)
+            if records and model.record_bytes:
+                model.spend(int(records * model.record_bytes), 0, now)
+            return state
+
+    def adopt(self, key: Hashable, state: RateState) -> None:
+        """A read's last state becomes the shard's model (it saw every byte the read took)."""
+        with self.lock:
+            if key in self._models:
+                now = time.time()
+                self._models[key] = ShardBytes(self.cap, rebased(state, now), now)
+
+    def forget(self, key: Hashable) -> None:
+        """Drop a shard's model (it left the query)."""
+        with self.lock:
+            self._models.pop(key, None)
+
+
 class PacedKinesis(AsyncKinesis):
     """The driver's Kinesis calls, each waiting for its shard's budget and leaving the executor
     reserve free. Knows which shard an iterator reads from the answers that handed it out."""
 
-    def __init__(self, client, budget: CallBudget) -> None:
+    def __init__(self, client, budget: CallBudget, byte_budget: ByteBudget | None = None, attempts: int = 11) -> None:
+        """``byte_budget``: the shards' byte models (None: a fresh ledger without a cap);
+        ``attempts``: most tries of a throttled ``GetRecords`` (``maxRetries`` + 1)."""
         super().__init__(client)
         self.budget = budget
+        self.byte_budget = byte_budget if byte_budget is not None else ByteBudget(None, budget.lock)
+        self._attempts = attempts
         self._shard_of: dict[str, Hashable] = {}
         self._recent: dict[Hashable, OrderedDict[str, None]] = defaultdict(OrderedDict)
         self.waited_s = 0.0
+
+    def remember(self, iterator: str, key: Hashable) -> None:
+        self._remember(iterator, key)
 
     def _remember(self, iterator: str | None, key: Hashable) -> None:
         if iterator is None:
@@ -179,10 +235,36 @@ class PacedKinesis(AsyncKinesis):
         self._remember(it, key)
         return it
 
+    async def _pace_bytes(self, key: Hashable, limit: int) -> int:
+        """Wait until the shard's byte model holds what ``limit`` records are worth (up to a
+        second's refill) and return the ``Limit`` that fits it."""
+        model = self.byte_budget.model(key)
+        with self.byte_budget.lock:
+            wait = model.wait_s(model.want_bytes(limit, 1.0), time.time())
+        if wait > 0:
+            self.waited_s += wait
+            await asyncio.sleep(wait)  # pacing to the budget, not waiting on a condition
+        with self.byte_budget.lock:
+            return model.limit(limit, time.time())
+
     async def page(self, iterator: str, limit: int) -> Page:
         key = self._shard_of.get(iterator)
-        await self._pace(key, GET_RECORDS)
-        page = await super().page(iterator, limit)
+        # an iterator of a shard not known here still gets a model, so a throttle waits
+        model_key = key if key is not None else _UNKNOWN_SHARD
+        async for attempt in AsyncRetrying(**throttle_retry(self._attempts)):
+            with attempt:
+                await self._pace(key, GET_RECORDS)
+                fitted = await self._pace_bytes(model_key, limit)
+                try:
+                    page = await super().page(iterator, fitted)
+                    page.asked = fitted
+                except ClientError as exc:
+                    if is_throttled(exc):
+                        with self.byte_budget.lock:
+                            self.byte_budget.model(model_key).refused(time.time())
+                    raise
+        with self.byte_budget.lock:
+            self.byte_budget.model(model_key).spend(page_bytes(page.records), len(page.records), time.time())
         if key is not None:
             self._remember(page.next_iterator, key)
         return page
@@ -192,3 +274,4 @@ class PacedKinesis(AsyncKinesis):
         for it in self._recent.pop(key, {}):
             self._shard_of.pop(it, None)
         self.budget.forget(key)
+        self.byte_budget.forget(key)

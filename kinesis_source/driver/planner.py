@@ -20,7 +20,7 @@ from kinesis_source.aws.clients import AwsSettings
 from kinesis_source.aws.kinesis import AsyncKinesis, ShardInfo
 from kinesis_source.driver.answers import LastAnswer, lag_entry
 from kinesis_source.driver.available_now import Target, find_target
-from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, CallBudget, PacedKinesis
+from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, ByteBudget, CallBudget, PacedKinesis
 from kinesis_source.driver.limits import BudgetPlanner
 from kinesis_source.driver.listing import ShardListing
 from kinesis_source.driver.probe import SETTLE_PAUSE_S, SETTLE_TIMEOUT_S, ProbeResult, TailProber
@@ -33,6 +33,7 @@ from kinesis_source.lineage import gone_shards, probe_starts, retire_finished
 from kinesis_source.option_values import InitialPosition
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import AFTER, Offset, Position, ShardId, ShardRange
+from kinesis_source.read_rate import RateState
 from kinesis_source.tip_reports import ReportAddress, TipReport
 
 __all__ = ["Planner", "Target", "plan_ranges"]
@@ -54,7 +55,7 @@ _TARGET_WAIT_S = 0.5
 # What an executor read gets from planning: the iterator and first record the probe found at
 # the range's start (or None), the wall-clock time its first call is booked for, and how many
 # records the range holds (None: not known).
-Booking = tuple[tuple[str, str | None] | None, float, int | None]
+Booking = tuple[tuple[str, str | None] | None, float, int | None, RateState]
 
 
 class Planner:
@@ -75,6 +76,7 @@ class Planner:
             GET_RECORDS: opts.get_records_per_shard_per_second,
             GET_SHARD_ITERATOR: opts.get_shard_iterator_per_shard_per_second,
         })
+        self.byte_budget = ByteBudget(opts.max_read_rate_per_shard, self.budget.lock)
         self._prober: TailProber | None = None
         self._tips: TipTable | None = None
         self._listing = ShardListing(opts, self._client)
@@ -98,8 +100,10 @@ class Planner:
 
     async def _client(self) -> AsyncKinesis:
         if self._kinesis is None:
-            settings = AwsSettings.for_kinesis(self._opts).failing_fast()
-            self._kinesis = PacedKinesis(await settings.aio_client("kinesis"), self.budget)
+            settings = AwsSettings.for_kinesis(self._opts).failing_fast().pacing_reads()
+            self._kinesis = PacedKinesis(
+                await settings.aio_client("kinesis"), self.budget, self.byte_budget, settings.max_retries + 1
+            )
         if self._prober is None:
             self._prober = TailProber(
                 self._kinesis, self._opts.max_records_per_fetch, self._opts.fail_on_data_loss
@@ -142,6 +146,8 @@ class Planner:
                 for tip in reports:
                     tips.report(tip)
                     self._settle(tip)
+                    if tip.rate is not None:
+                        self.byte_budget.adopt(tip.shard, tip.rate)
                     self._read_bytes += tip.read_bytes
                     self._extra_bytes += tip.extra_bytes
 
@@ -392,7 +398,8 @@ class Planner:
             at, self._bookings[rng.shard] = self.budget.book_read(rng.shard, opener is None, now)
             self._booked += 1
             records = self._tips.read_size(rng.shard, rng.start, rng.end_seq) if self._tips is not None else None
-            out[rng.shard] = (opener, wall + (at - now), records)
+            rate = self.byte_budget.hand_out(rng.shard, records)
+            out[rng.shard] = (opener, wall + (at - now), records, rate)
         return out, address
 
     def stats(self) -> dict[str, Any]:

@@ -112,7 +112,9 @@ class TailProber:
     def keep(self, stream: str, shard: str, pos: Position, iterator: str | None) -> None:
         """Remember an iterator at ``pos``: the next probe from there costs one call."""
         if iterator is not None:
-            self._continuations[ShardId(stream, shard)] = (pos.to_str(), iterator, time.monotonic())
+            key = ShardId(stream, shard)
+            self._continuations[key] = (pos.to_str(), iterator, time.monotonic())
+            self._kinesis.remember(iterator, key)  # an executor's: its calls spend the shard's budget
 
     async def first_page(self, stream: str, shard: str, start: Position, limit: int) -> Page:
         """The first page after ``start``: from the iterator a previous probe left there, else

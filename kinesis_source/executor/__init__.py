@@ -51,7 +51,8 @@ def _reader(client: Any, partition: RangePartition, read: ShardRead) -> Reader:
         return SubscribeRangeReader(client, read.consumer_arn, read.range, partition.fail_on_data_loss)
     return RangeReader(
         client, read.range, partition.page_limit, partition.fail_on_data_loss, read.opener,
-        partition.page_interval_s, read.not_before, read.records,
+        partition.page_interval_s, read.not_before, read.records, read.rate, partition.max_rate,
+        partition.settings.max_retries + 1,
     )
 
 

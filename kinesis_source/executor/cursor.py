@@ -14,6 +14,7 @@ from kinesis_source.errors import (
     report_shard_gone,
 )
 from kinesis_source.positions import AFTER, AT, Position, ShardRange, seq_key
+from kinesis_source.read_rate import RateState
 from kinesis_source.tip_reports import TipReport
 
 
@@ -187,8 +188,12 @@ class RangeReaderBase:
         last = page.records[-1]["SequenceNumber"]
         return TipReport(
             self._range.shard, last, page.behind_ms, page.next_iterator, self._reported_calls(),
-            self._range.end_seq, cursor.past, cursor.read_bytes, cursor.extra_bytes,
+            self._range.end_seq, cursor.past, cursor.read_bytes, cursor.extra_bytes, self._rate_state(),
         )
+
+    def _rate_state(self) -> RateState | None:
+        """The shard's byte model as the read leaves it (modes that spend the shared budget)."""
+        return None
 
     def _reported_calls(self) -> dict[str, list[float]]:
         """The read's Kinesis calls that spend the shard's polling budget, by operation

@@ -9,6 +9,7 @@ from pyspark.sql.datasource import InputPartition
 from kinesis_source.aws.clients import AwsSettings
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import ShardRange
+from kinesis_source.read_rate import RateState
 from kinesis_source.tip_reports import ReportAddress
 
 
@@ -25,6 +26,7 @@ class ShardRead:
     opener: tuple[str, str | None] | None = None
     not_before: float = 0.0  # epoch seconds: the driver booked the first call for then
     records: int | None = None  # how many records the range holds, when the driver knows
+    rate: RateState | None = None  # the shard's byte model as the driver hands it on
 
     def __repr__(self) -> str:
         # The opener's iterator is a credential-like token for the shard: kept out of logs.
@@ -43,6 +45,7 @@ class RangePartition(InputPartition):
     fail_on_data_loss: bool
     page_interval_s: float = 0.0  # least time between two GetRecords of one shard (the budget)
     report_to: ReportAddress | None = None  # the driver's listener for what the reads saw past the ends
+    max_rate: float | None = None  # maxReadRatePerShard
 
     @staticmethod
     def of(
@@ -66,6 +69,7 @@ class RangePartition(InputPartition):
             # executors get half of the shard's GetRecords budget (the driver's probes the rest)
             2.0 / opts.get_records_per_shard_per_second,
             report_to,
+            opts.max_read_rate_per_shard,
         )
 
     @property

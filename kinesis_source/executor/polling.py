@@ -5,12 +5,16 @@ carries that iterator and the record found first after the start, and the read c
 ``GetShardIterator``. The hand-over is trusted only when that same record comes first again;
 otherwise (the iterator expired, the records were trimmed meanwhile) the page is dropped and
 the range opens as usual, with the check of the record before the start. Pages after the
-first are spaced by the partition's share of the shard's call budget.
+first are spaced by the partition's share of the shard's call budget, and every call waits for
+the shard's byte budget and asks for a ``Limit`` that fits it (``read_rate.py``): the model's
+state comes from the driver with the range and goes back with the tip report. A throttled call
+is tried again when the model says, the model having learnt that others read the shard too.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from typing import Any
 
@@ -26,14 +30,21 @@ from kinesis_source.aws.kinesis import (
     Page,
     expiry_retry,
     is_expired,
+    is_throttled,
     missing_shard_or_stream,
+    throttle_retry,
 )
 from kinesis_source.executor.cursor import RangeReaderBase, RawPage
 from kinesis_source.positions import AFTER, Position, ShardRange, seq_key
+from kinesis_source.read_rate import RateState, ShardBytes, page_bytes
 
 log = logging.getLogger(__name__)
 
 MAX_BOOKED_WAIT_S = 5.0
+# Pages after the first wait up to this share of the interval more, at random: a reader whose
+# calls keep one phase against another application's can take the bucket just before each of
+# its calls, every time (measured in a simulation of the two; see read_rate.py).
+PAGE_JITTER = 0.25
 
 
 class RangeReader(RangeReaderBase):
@@ -49,10 +60,15 @@ class RangeReader(RangeReaderBase):
         page_interval_s: float = 0.0,
         not_before: float = 0.0,
         records: int | None = None,
+        rate: RateState | None = None,
+        max_rate: float | None = None,
+        attempts: int = 11,
     ) -> None:
         """``records``: how many records the range holds, when planning knows (then each call
         asks for what is left of them, not ``limit``: records past the end would be read again
-        by the next batch, from the shard's shared 2 MiB/s)."""
+        by the next batch, from the shard's shared 2 MiB/s). ``rate``: the shard's byte model
+        as the driver handed it (None: a full bucket); ``max_rate``: ``maxReadRatePerShard``;
+        ``attempts``: most tries of a throttled call (``maxRetries`` + 1)."""
         super().__init__(rng, fail_on_data_loss)
         self._client = client
         self._limit = limit
@@ -66,6 +82,8 @@ class RangeReader(RangeReaderBase):
         self.call_times: dict[str, list[float]] = {"GetRecords": [], "GetShardIterator": []}
         self.expiries = 0
         self.handed_over = False  # the driver's iterator served the first page
+        self.bytes = ShardBytes(max_rate, rate, time.time())
+        self._attempts = attempts
 
     def _handed_over_page(self) -> Page | None:
         """The first page from the driver's iterator, if it starts with the expected record."""
@@ -73,9 +91,7 @@ class RangeReader(RangeReaderBase):
         iterator, first = self._opener
         self._opener = None
         try:
-            self._pace()
-            self._called("GetRecords")
-            page = Page.from_api(self._client.get_records(ShardIterator=iterator, Limit=self._page_limit()))
+            page = self._paced_page(iterator)
         except ClientError as exc:
             if not is_expired(exc) and error_code(exc) != INVALID_ARGUMENT:
                 raise
@@ -111,40 +127,63 @@ class RangeReader(RangeReaderBase):
     def _reported_calls(self) -> dict[str, list[float]]:
         return {op: times for op, times in self.call_times.items() if times}
 
-    def _pace(self) -> None:
-        """Wait for the shard's budget: the driver booked the first call (a clock skew between
-        the hosts shifts it by at most ``MAX_BOOKED_WAIT_S``); later pages keep this reader's
-        share apart."""
+    def _rate_state(self) -> RateState | None:
+        return self.bytes.state(time.time())
+
+    def _pace(self) -> int:
+        """Wait for the shard's budgets and return the call's ``Limit``. Calls: the driver
+        booked the first (a clock skew between the hosts shifts it by at most
+        ``MAX_BOOKED_WAIT_S``); later pages keep this reader's share apart. Bytes: until the
+        model holds what the call is worth; the ``Limit`` is what it holds."""
+        records, model = self._page_limit(), self.bytes
         if self._last_call is None:
             wait = min(MAX_BOOKED_WAIT_S, self._not_before - time.time())
         else:
-            wait = self._last_call + self._interval - time.monotonic()
+            spacing = self._interval * (1 + PAGE_JITTER * random.random())
+            wait = self._last_call + spacing - time.monotonic()
+        wait = max(wait, model.wait_s(model.want_bytes(records, self._interval), time.time()))
         if wait > 0:
-            time.sleep(wait)  # pacing to the shard's call budget, not waiting on a condition
+            model.waited_s += wait
+            time.sleep(wait)  # pacing to the shard's budgets, not waiting on a condition
         self._last_call = time.monotonic()
+        return model.limit(records, time.time())
+
+    def _paced_page(self, iterator: str) -> Page:
+        """One ``GetRecords`` on ``iterator`` within the shard's budgets; a throttled call is
+        tried again (its wait is the model's, in :meth:`_pace`)."""
+        for attempt in Retrying(**throttle_retry(self._attempts)):
+            with attempt:
+                limit = self._pace()
+                self._called("GetRecords")
+                try:
+                    resp = self._client.get_records(ShardIterator=iterator, Limit=limit)
+                except ClientError as exc:
+                    if is_throttled(exc):
+                        log.info("GetRecords on %s throttled: another application reads the shard too", self._range)
+                        self.bytes.refused(time.time())
+                    raise
+        page = Page.from_api(resp)
+        self.bytes.spend(page_bytes(page.records), len(page.records), time.time())
+        return page
 
     def _fetch(self) -> Page:
         if self._opener is not None:
             page = self._handed_over_page()
             if page is not None:
                 return page
-        self._pace()
         for attempt in Retrying(**expiry_retry()):
             with attempt:
                 if self._iterator is None:
                     self._iterator = self._new_iterator()
                 try:
-                    self._called("GetRecords")
-                    resp = self._client.get_records(
-                        ShardIterator=self._iterator, Limit=self._page_limit()
-                    )
+                    return self._paced_page(self._iterator)
                 except ClientError as exc:
                     if is_expired(exc):
                         log.info("iterator expired in %s; re-deriving", self._range)
                         self.expiries += 1
                         self._iterator = None
                     raise
-        return Page.from_api(resp)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _get_iterator(self, position: Position) -> str:
         rng = self._range

@@ -48,6 +48,7 @@ class FakeKinesis:
         self.calls: list[str] = []
         self.limits: list[int] = []  # the Limit of every GetRecords, in order
         self.expire_next: int = 0  # the next N GetRecords calls raise ExpiredIteratorException
+        self.throttle_next: int = 0  # the next N GetRecords calls are refused for throughput
         # Added to every non-zero MillisBehindLatest, as if it were measured to "now".
         self.behind_extra_ms: int = 0
 
@@ -77,6 +78,9 @@ class FakeKinesis:
         if self.expire_next:
             self.expire_next -= 1
             raise _error("ExpiredIteratorException")
+        if self.throttle_next:
+            self.throttle_next -= 1
+            raise _error("ProvisionedThroughputExceededException")
         shard_id, idx, crossed = ShardIterator.split("|")
         shard = self.shards[shard_id]
         idx, crossed = int(idx), int(crossed)

@@ -7,6 +7,7 @@ import pytest
 from kinesis_source.errors import DataLossError, RangeIncompleteError
 from kinesis_source.executor.polling import RangeReader
 from kinesis_source.positions import Position, ShardRange
+from kinesis_source.read_rate import LEARN_STEP_SHARE, MARGIN_BYTES, MIB, SHARD_BYTES_PER_S
 from tests.unit.fake_kinesis import FakeKinesis, FakeShard, log_of
 
 
@@ -245,3 +246,44 @@ def test_a_known_size_too_small_costs_a_call_never_a_record():
     rng = ShardRange("s", "a", Position.after(recs[9][0]), recs[49][0])
     reader = RangeReader(fake, rng, 10000, records=5)  # wrong: the range holds 40
     assert [r["SequenceNumber"] for page in reader.pages() for r in page] == [s for s, _ in recs[10:50]]
+
+
+def test_a_throttled_call_is_tried_again_when_the_byte_model_says(monkeypatch):
+    recs = log_of(30)
+    fake = FakeKinesis({"a": FakeShard(recs)})
+    waits: list[float] = []
+    clock = [1000.0]
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock[0] += seconds
+
+    monkeypatch.setattr("kinesis_source.executor.polling.time.sleep", sleep)
+    monkeypatch.setattr("kinesis_source.executor.polling.time.time", lambda: clock[0])
+    reader = RangeReader(fake, ShardRange("s", "a", Position.trim_horizon(), recs[-1][0]), 10000, attempts=3)
+    fake.throttle_next = 1  # another application took the shard's bytes
+    seqs = [r["SequenceNumber"] for page in reader.pages() for r in page]
+    assert seqs == [s for s, _ in recs]
+    # refused, then one record (its size unknown, planned as the largest a record can be), then
+    # the rest at the size seen
+    assert fake.limits[1:] == [1, 10000]
+    # the refusal set the model to empty and taught it that others read a quarter of the shard
+    # (the most one refusal teaches): the retry waited for a record's worth (its size still
+    # unknown: the largest a record can be) and a second of theirs to refill at what they leave,
+    # not for a backoff guess
+    others = SHARD_BYTES_PER_S * LEARN_STEP_SHARE
+    expected = (MIB + MARGIN_BYTES + others) / (SHARD_BYTES_PER_S - others)
+    paced = [w for w in waits if w > 0]  # tenacity itself sleeps 0 between attempts
+    assert paced == [pytest.approx(expected, rel=0.01)]
+    assert reader.bytes.throttles == 1
+
+
+def test_throttles_past_the_attempts_fail_the_read(monkeypatch):
+    recs = log_of(5)
+    fake = FakeKinesis({"a": FakeShard(recs)})
+    monkeypatch.setattr("kinesis_source.executor.polling.time.sleep", lambda s: None)
+    reader = RangeReader(fake, ShardRange("s", "a", Position.trim_horizon(), recs[-1][0]), 10000, attempts=3)
+    fake.throttle_next = 3
+    with pytest.raises(Exception, match="ProvisionedThroughputExceeded"):
+        list(reader.pages())
+    assert fake.calls.count("GetRecords") == 3

@@ -1,0 +1,212 @@
+"""A shard's read bytes: the model of Kinesis' per-shard byte budget that paces every read.
+
+Kinesis lets all the applications reading a shard take 2 MiB/s from it together, with a 10 MiB
+burst: a bucket of 10 MiB refilled at 2 MiB/s, which a ``GetRecords`` response may overdraw, and
+while it is empty every call on the shard is refused (``ProvisionedThroughputExceededException``).
+Discovering that by throttles costs the reader seconds of backoff and, worse, the applications
+it shares the shard with get refused while it overdraws.
+
+So each reader keeps a model of the bucket (:class:`ShardBytes`): it spends the bytes of every
+page it receives, asks ``GetRecords`` for a ``Limit`` that fits what the model says is left (by
+the shard's record size, as seen so far), and waits exactly as long as the model needs for the
+next page instead of a jittered exponential guess. The model knows this source's own reads; what
+other applications read it learns from throttles: a refusal while the model had ``b`` bytes says
+others took at least ``b`` since the model was last known right, so their estimated rate grows
+by that much per second (by at most a quarter of the shard per refusal), the model keeps that rate free (plus a second of it, so that their next
+call finds the bucket non-empty), and a refused call is retried when the model, set to empty,
+has refilled. The estimate fades (half-life ``OTHERS_HALF_LIFE_S``), so bandwidth that others
+stop using comes back, at the cost of a throttle now and then while they do not.
+
+An optional cap (``maxReadRatePerShard``) is a second bucket, of this source's reads alone: one
+second deep, refilled at the cap.
+
+The model travels: the driver hands its state to each executor read (with the batch's ranges)
+and takes back the state the read ended with (with the read's tip report), so probes and reads
+of a shard, in whichever process, spend from one model. States hold wall-clock times (the
+processes' monotonic clocks are not comparable).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+MIB = 1024 * 1024
+SHARD_BYTES_PER_S = 2 * MIB  # what Kinesis serves one shard per second, every reader together
+SHARD_BURST_BYTES = 10 * MIB  # the bucket's depth (and the largest GetRecords response)
+MAX_RECORD_BYTES = 1 * MIB  # a record's size while the shard's are not known yet
+# Kept free of the model for clock differences and rounding between it and the server.
+MARGIN_BYTES = 64 * 1024
+# Others' estimated use kept in the bucket beyond their rate: their next call must find it
+# non-empty even when it comes just after ours.
+RESERVE_S = 1.0
+OTHERS_HALF_LIFE_S = 300.0
+# One refusal raises others' estimate by at most this share of the shard: a refusal on a model
+# nobody verified yet (a bucket assumed full) says little about a rate.
+LEARN_STEP_SHARE = 0.25
+# Others are never assumed to leave this source less than this share of the shard.
+MIN_SHARE = 0.1
+# A refusal's unexplained bytes are spread over at least this span when learning others' rate.
+MIN_LEARN_SPAN_S = 1.0
+CAP_BURST_S = 1.0  # the cap's bucket: this many seconds of the cap
+
+
+def page_bytes(records: list[dict]) -> int:
+    """What a page costs the shard's byte budget: its records' data and partition keys."""
+    return sum(len(r["Data"]) + len(r.get("PartitionKey", "")) for r in records)
+
+
+@dataclass(frozen=True)
+class RateState:
+    """A snapshot of one shard's model, as it travels between driver and executors."""
+
+    level: float  # bytes the model says the shard's bucket holds at ``at``
+    at: float  # epoch seconds
+    others: float = 0.0  # bytes/s other applications are estimated to read, as of ``at``
+    learned_at: float | None = None  # when the model was last known right (a refusal), epoch s
+    record_bytes: float | None = None  # the shard's records' mean size, as last read
+    cap_level: float | None = None  # bytes left in the cap's bucket at ``at`` (None: full)
+
+    def to_json(self) -> dict[str, Any]:
+        """The state's JSON object (tip reports carry it)."""
+        return {"level": self.level, "at": self.at, "others": self.others,
+                "learnedAt": self.learned_at, "recordBytes": self.record_bytes,
+                "capLevel": self.cap_level}
+
+    @staticmethod
+    def from_json(data: Any) -> RateState:
+        """Parse a state; raises ``ValueError`` naming what is wrong."""
+        if not isinstance(data, dict):
+            raise ValueError("a read-rate state is not an object")
+        out: dict[str, float | None] = {}
+        for key in ("level", "at", "others", "learnedAt", "recordBytes", "capLevel"):
+            value = data.get(key)
+            if value is None and key not in ("level", "at"):
+                out[key] = None if key != "others" else 0.0
+                continue
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ValueError(f"{key} {value!r} is not a number")
+            out[key] = float(value)
+        if (out["others"] or 0.0) < 0 or (out["recordBytes"] is not None and out["recordBytes"] <= 0):
+            raise ValueError("others and recordBytes must be positive")
+        return RateState(out["level"], out["at"], out["others"] or 0.0,  # type: ignore[arg-type]
+                         out["learnedAt"], out["recordBytes"], out["capLevel"])
+
+
+class ShardBytes:
+    """The model of one shard's byte bucket, spent by this source's reads (not thread-safe: one
+    reader, or its owner's lock, at a time). Times are epoch seconds."""
+
+    def __init__(self, cap: float | None, state: RateState | None, now: float) -> None:
+        """``cap``: most bytes/s this source reads from the shard (None: no cap); ``state``: where
+        the model stands (None: a shard nobody read lately, its bucket full)."""
+        self.cap = cap
+        if state is None:
+            state = RateState(SHARD_BURST_BYTES, now, learned_at=now)
+        self._level = state.level
+        self._at = min(state.at, now)
+        self._others = state.others
+        self._learned_at = state.learned_at if state.learned_at is not None else self._at
+        self.record_bytes = state.record_bytes
+        self._cap_level = self._cap_depth() if state.cap_level is None else state.cap_level
+        self.throttles = 0
+        self.waited_s = 0.0
+
+    # -- the model -----------------------------------------------------------------------
+
+    def _cap_depth(self) -> float:
+        return math.inf if self.cap is None else self.cap * CAP_BURST_S
+
+    def _others_at(self, now: float) -> float:
+        return self._others * 0.5 ** (max(0.0, now - self._at) / OTHERS_HALF_LIFE_S)
+
+    def _refill(self, now: float) -> None:
+        if now <= self._at:
+            return
+        elapsed = now - self._at
+        # others' rate fades over the span: its mean over the span is what they took
+        others = self._others_at(now)
+        mean_others = (self._others + others) / 2
+        net = max(SHARD_BYTES_PER_S * MIN_SHARE, SHARD_BYTES_PER_S - mean_others)
+        self._level = min(SHARD_BURST_BYTES, self._level + elapsed * net)
+        if self.cap is not None:
+            self._cap_level = min(self._cap_depth(), self._cap_level + elapsed * self.cap)
+        self._others, self._at = others, now
+
+    def _net_rate(self) -> float:
+        return max(SHARD_BYTES_PER_S * MIN_SHARE, SHARD_BYTES_PER_S - self._others)
+
+    def _reserve(self) -> float:
+        return MARGIN_BYTES + self._others * RESERVE_S
+
+    def available(self, now: float) -> float:
+        """Bytes a call may take now without emptying the bucket (or passing the cap)."""
+        self._refill(now)
+        return min(self._level - self._reserve(), self._cap_level)
+
+    def most(self) -> float:
+        """The most :meth:`available` can ever reach (a wait never asks for more)."""
+        return min(SHARD_BURST_BYTES - self._reserve(), self._cap_depth())
+
+    def wait_s(self, want: float, now: float) -> float:
+        """Seconds until ``want`` bytes (at most :meth:`most`) are available."""
+        want = min(want, self.most())
+        self._refill(now)
+        shard = (want + self._reserve() - self._level) / self._net_rate()
+        cap = 0.0 if self.cap is None else (want - self._cap_level) / self.cap
+        return max(0.0, shard, cap)
+
+    def spend(self, nbytes: int, records: int, now: float) -> None:
+        """A response of ``records`` records and ``nbytes`` bytes arrived ``now``."""
+        self._refill(now)
+        self._level -= nbytes
+        self._cap_level -= nbytes
+        if records:
+            self.record_bytes = nbytes / records
+
+    def refused(self, now: float) -> None:
+        """A call was refused for throughput: the bucket is empty. The bytes the model still
+        had were read by others since it was last known right: learn their rate from them."""
+        self._refill(now)
+        unexplained = max(0.0, self._level - MARGIN_BYTES)
+        span = max(MIN_LEARN_SPAN_S, now - self._learned_at)
+        step = min(SHARD_BYTES_PER_S * LEARN_STEP_SHARE, unexplained / span)
+        self._others = min(SHARD_BYTES_PER_S * (1 - MIN_SHARE), self._others + step)
+        self._level = min(self._level, 0.0)
+        self._learned_at = now
+        self.throttles += 1
+
+    # -- what a call asks for ------------------------------------------------------------
+
+    def record_size(self) -> float:
+        """The size to plan a page with: the shard's mean record as last read, or the largest a
+        record can be while no page was read (the first ``Limit`` then cannot overdraw)."""
+        return self.record_bytes or MAX_RECORD_BYTES
+
+    def want_bytes(self, records: int, interval_s: float) -> float:
+        """Bytes worth a call for ``records`` records: all of them if they fit one refill of
+        ``interval_s`` (the least time between two calls), else that refill."""
+        per_call = max(MARGIN_BYTES, min(self._net_rate(), self.cap or math.inf) * interval_s)
+        return min(records * self.record_size(), max(per_call, self.record_size()))
+
+    def limit(self, records: int, now: float) -> int:
+        """``Limit`` for a call that wants ``records``: as many as the available bytes hold, at
+        least one."""
+        available = self.available(now)
+        if self.record_bytes is None and self.cap is None and self._level >= SHARD_BURST_BYTES and not self._others:
+            return records  # no response is larger than a full bucket that only we read
+        fit = int(available // self.record_size())
+        return max(1, min(records, fit))
+
+    def state(self, now: float) -> RateState:
+        """Where the model stands now, to hand on."""
+        self._refill(now)
+        cap_level = None if self.cap is None or self._cap_level >= self._cap_depth() else self._cap_level
+        return RateState(self._level, self._at, self._others, self._learned_at, self.record_bytes, cap_level)
+
+
+def rebased(state: RateState, wall_now: float) -> RateState:
+    """``state`` with its time no later than ``wall_now`` (a state from a host whose clock runs
+    ahead is taken as of now)."""
+    return state if state.at <= wall_now else replace(state, at=wall_now)

@@ -1,0 +1,133 @@
+"""The model of a shard's byte budget (read_rate.py), on a simulated clock against a bucket that
+answers as Kinesis' does (2 MiB/s, 10 MiB deep, a response may overdraw it, calls refused while
+it is empty)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kinesis_source.read_rate import (
+    MARGIN_BYTES,
+    MIB,
+    SHARD_BURST_BYTES,
+    SHARD_BYTES_PER_S,
+    RateState,
+    ShardBytes,
+)
+
+RECORD = 1024 + 10  # data and partition key of a 1 KB record
+
+
+class KinesisBucket:
+    """The server's side, as the quota proxy of tests/support/quota.py keeps it."""
+
+    def __init__(self) -> None:
+        self.tokens, self.at = float(SHARD_BURST_BYTES), 0.0
+
+    def level(self, now: float) -> float:
+        self.tokens = min(SHARD_BURST_BYTES, self.tokens + (now - self.at) * SHARD_BYTES_PER_S)
+        self.at = now
+        return self.tokens
+
+
+def catch_up(backlog_records: int, cap: float | None = None, interval: float = 1.0):
+    """A reader with the model reading a backlog: (seconds from first to last call with data,
+    bytes read after the first call, refused calls, calls)."""
+    server, model, now = KinesisBucket(), ShardBytes(cap, None, 0.0), 0.0
+    left, refused, calls, times, after_first = backlog_records, 0, 0, [], 0
+    while left:
+        if server.level(now) <= 0:
+            refused += 1
+            model.refused(now)
+        else:
+            n = min(left, model.limit(min(left, 10000), now))
+            server.tokens -= n * RECORD
+            model.spend(n * RECORD, n, now)
+            left -= n
+            calls += 1
+            if times:
+                after_first += n * RECORD
+            times.append(now)
+        now += max(interval, model.wait_s(model.want_bytes(min(left, 10000) or 1, interval), now))
+    return times[-1] - times[0], after_first, refused, calls
+
+
+def test_a_backlog_is_read_at_the_shards_physical_limit_without_a_throttle():
+    records = 30_000  # ~29.6 MiB
+    window, _, refused, _ = catch_up(records)
+    physical = (records * RECORD - SHARD_BURST_BYTES) / SHARD_BYTES_PER_S
+    assert refused == 0
+    assert window <= physical * 1.05  # the model's own arithmetic: one interval of slack at most
+
+
+def test_a_cap_holds_the_rate_to_it():
+    cap = 0.5 * MIB
+    window, after_first, refused, _ = catch_up(6_000, cap=cap)
+    assert refused == 0
+    assert after_first / window <= cap
+
+
+def test_the_limit_fits_what_the_bucket_holds_by_the_records_size():
+    model = ShardBytes(None, RateState(3 * MIB, 0.0, record_bytes=1000.0), 0.0)
+    assert model.limit(10000, 0.0) == int((3 * MIB - MARGIN_BYTES) // 1000)
+    assert model.limit(5, 0.0) == 5
+    empty = ShardBytes(None, RateState(-MIB, 0.0, record_bytes=1000.0), 0.0)
+    assert empty.limit(10000, 0.0) == 1  # a call that happens asks for one record at least
+
+
+def test_an_unknown_record_size_is_planned_as_the_largest_unless_the_bucket_is_full():
+    full = ShardBytes(None, None, 0.0)
+    assert full.limit(10000, 0.0) == 10000  # no response is larger than the full bucket
+    half = ShardBytes(None, RateState(5 * MIB, 0.0), 0.0)
+    assert half.limit(10000, 0.0) == 4  # 5 MiB less the margin holds four 1 MiB records
+
+
+def test_the_wait_is_what_the_refill_needs():
+    model = ShardBytes(None, RateState(0.0, 0.0, record_bytes=1000.0), 0.0)
+    assert model.wait_s(MIB, 0.0) == pytest.approx((MIB + MARGIN_BYTES) / SHARD_BYTES_PER_S)
+    assert model.wait_s(MIB, 10.0) == 0.0
+    capped = ShardBytes(0.25 * MIB, RateState(0.0, 0.0, record_bytes=1000.0, cap_level=0.0), 0.0)
+    assert capped.wait_s(MIB, 0.0) == pytest.approx(1.0)  # the cap's bucket: one second deep
+
+
+def test_a_refusal_teaches_what_others_read_and_keeps_it_free():
+    model = ShardBytes(None, RateState(-3 * MIB, 0.0, record_bytes=1000.0, learned_at=0.0), 0.0)
+    model.refused(2.0)  # the model had 1 MiB: others took it within the 2 s
+    state = model.state(2.0)
+    assert state.level == 0.0
+    assert state.others == pytest.approx((MIB - MARGIN_BYTES) / 2.0)
+    assert state.learned_at == 2.0
+    # others are assumed to go on: the refill is what they leave, and a second of it stays free
+    model2 = ShardBytes(None, RateState(0.0, 0.0, others=MIB, record_bytes=1000.0), 0.0)
+    wait = model2.wait_s(MIB, 0.0)
+    assert wait == pytest.approx((MIB + MIB + MARGIN_BYTES) / (SHARD_BYTES_PER_S - MIB))
+
+
+def test_others_fade_so_bandwidth_they_stop_using_comes_back():
+    model = ShardBytes(None, RateState(0.0, 0.0, others=MIB, record_bytes=1000.0), 0.0)
+    later = model.state(300.0)
+    assert later.others == pytest.approx(MIB / 2)
+    assert model.state(6000.0).others < MIB / 1000
+
+
+def test_others_never_take_the_whole_shard():
+    model = ShardBytes(None, RateState(SHARD_BURST_BYTES, 0.0, learned_at=0.0), 0.0)
+    for t in range(1, 20):
+        model.refused(float(t) + 0.001)
+    assert model.state(20.0).others <= SHARD_BYTES_PER_S * 0.9
+
+
+def test_a_state_survives_its_json_and_bad_ones_are_named():
+    state = RateState(1.5, 2.0, 3.0, 4.0, 5.0, 6.0)
+    assert RateState.from_json(state.to_json()) == state
+    assert RateState.from_json(RateState(1.0, 2.0).to_json()) == RateState(1.0, 2.0)
+    with pytest.raises(ValueError, match="level"):
+        RateState.from_json({"level": "x", "at": 1.0})
+    with pytest.raises(ValueError, match="positive"):
+        RateState.from_json({"level": 1.0, "at": 1.0, "others": -1.0})
+
+
+def test_a_state_from_a_clock_ahead_is_taken_as_of_now():
+    model = ShardBytes(None, RateState(0.0, 100.0, record_bytes=1000.0), 50.0)
+    assert model.state(50.0).at == 50.0
+    assert model.available(51.0) == pytest.approx(SHARD_BYTES_PER_S - MARGIN_BYTES)
