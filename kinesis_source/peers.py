@@ -140,8 +140,9 @@ DATABRICKS = (
         _P("initialPosition", "initialPosition", "`earliest` is `TRIM_HORIZON`; `at_timestamp` is "
            "`AT_TIMESTAMP:<iso>`"),
         _P("maxRecordsPerFetch", "maxRecordsPerFetch"),
-        _P("maxFetchRate", None, "a per-shard byte-rate cap: " + _PLANNED + "; "
-           "`getRecordsPerShardPerSecond` caps calls"),
+        _P("maxFetchRate", "maxReadRatePerShard", "theirs is MB/s (decimal) and defaults to 1.0; "
+           "ours takes bytes/s with a unit (`1MB`, `0.5MiB`) and defaults to no cap of its own "
+           "(reads are paced to the shard's 2 MiB/s less what others were found to read)"),
         _P("minFetchPeriod", "getRecordsPerShardPerSecond", verified=False),
         _P("maxFetchDuration", None, _EXACT),
         _P("fetchBufferSize", None, "nothing is prefetched: ranges are read when Spark runs the "

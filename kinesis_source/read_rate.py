@@ -12,10 +12,11 @@ the shard's record size, as seen so far), and waits exactly as long as the model
 next page instead of a jittered exponential guess. The model knows this source's own reads; what
 other applications read it learns from throttles: a refusal while the model had ``b`` bytes says
 others took at least ``b`` since the model was last known right, so their estimated rate grows
-by that much per second (by at most a quarter of the shard per refusal), the model keeps that rate free (plus a second of it, so that their next
-call finds the bucket non-empty), and a refused call is retried when the model, set to empty,
-has refilled. The estimate fades (half-life ``OTHERS_HALF_LIFE_S``), so bandwidth that others
-stop using comes back, at the cost of a throttle now and then while they do not.
+by that much per second (by at most a quarter of the shard per refusal); the model keeps that
+rate free, plus a second of it, so that their next call finds the bucket non-empty; and a
+refused call is retried when the model, set to empty, has refilled. The estimate fades
+(half-life ``OTHERS_HALF_LIFE_S``), so bandwidth that others stop using comes back, at the cost
+of a throttle now and then while they do not.
 
 An optional cap (``maxReadRatePerShard``) is a second bucket, of this source's reads alone: one
 second deep, refilled at the cap.

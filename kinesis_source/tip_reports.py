@@ -48,13 +48,15 @@ class TipReport:
     extra_bytes: int = 0  # of them, bytes outside the range (past its end, the opening check)
     # the shard's byte model as the read left it (polling): the driver's model goes on from it
     rate: RateState | None = None
+    throttled: int = 0  # the read's calls that the shard refused for throughput
 
     def to_json(self) -> dict[str, Any]:
         """The report's JSON object."""
         return {"shard": str(self.shard), "seq": self.seq, "behindMs": self.behind_ms,
                 "iterator": self.iterator, "calls": self.calls, "end": self.end, "past": self.past,
                 "readBytes": self.read_bytes, "extraBytes": self.extra_bytes,
-                "rate": self.rate.to_json() if self.rate is not None else None}
+                "rate": self.rate.to_json() if self.rate is not None else None,
+                "throttled": self.throttled}
 
     @staticmethod
     def from_json(data: Any) -> TipReport:
@@ -76,7 +78,7 @@ class TipReport:
             for op, times in calls.items()
         ):
             raise ValueError("calls is not a list of call times per operation")
-        counts = {key: data.get(key, 0) for key in ("past", "readBytes", "extraBytes")}
+        counts = {key: data.get(key, 0) for key in ("past", "readBytes", "extraBytes", "throttled")}
         for key, value in counts.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{key} {value!r} is not a count")
@@ -88,7 +90,8 @@ class TipReport:
         rate = RateState.from_json(data["rate"]) if data.get("rate") is not None else None
         return TipReport(shard, check_seq(seq), behind, iterator, times,
                          check_seq(end) if end is not None else None,
-                         counts["past"], counts["readBytes"], counts["extraBytes"], rate)
+                         counts["past"], counts["readBytes"], counts["extraBytes"], rate,
+                         counts["throttled"])
 
 
 @dataclass(frozen=True)

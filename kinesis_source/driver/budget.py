@@ -155,6 +155,7 @@ class ByteBudget:
         self.cap = cap
         self.lock = lock
         self._models: dict[Hashable, ShardBytes] = {}
+        self._forgotten_throttles = 0
 
     def model(self, key: Hashable) -> ShardBytes:
         """``key``'s model (a full bucket the first time)."""
@@ -177,14 +178,23 @@ class ByteBudget:
     def adopt(self, key: Hashable, state: RateState) -> None:
         """A read's last state becomes the shard's model (it saw every byte the read took)."""
         with self.lock:
-            if key in self._models:
+            old = self._models.get(key)
+            if old is not None:
                 now = time.time()
-                self._models[key] = ShardBytes(self.cap, rebased(state, now), now)
+                new = self._models[key] = ShardBytes(self.cap, rebased(state, now), now)
+                new.throttles = old.throttles  # the driver's own, counted in stats
 
     def forget(self, key: Hashable) -> None:
         """Drop a shard's model (it left the query)."""
         with self.lock:
-            self._models.pop(key, None)
+            gone = self._models.pop(key, None)
+            if gone is not None:
+                self._forgotten_throttles += gone.throttles
+
+    def throttles(self) -> int:
+        """The driver's calls refused for throughput, over every shard's model so far."""
+        with self.lock:
+            return self._forgotten_throttles + sum(m.throttles for m in self._models.values())
 
 
 class PacedKinesis(AsyncKinesis):

@@ -90,6 +90,7 @@ class Planner:
         self._booked = 0
         self._answer_s = 0.0  # how long the last latest_offset took
         self._read_bytes = self._extra_bytes = 0  # what executors reported reading
+        self._executor_throttles = 0  # executor reads' calls refused for throughput, as reported
         self.probes = 0
 
     # -- runtime -------------------------------------------------------------------------
@@ -148,6 +149,7 @@ class Planner:
                     self._settle(tip)
                     if tip.rate is not None:
                         self.byte_budget.adopt(tip.shard, tip.rate)
+                    self._executor_throttles += tip.throttled
                     self._read_bytes += tip.read_bytes
                     self._extra_bytes += tip.extra_bytes
 
@@ -418,6 +420,10 @@ class Planner:
             "executorReadsBooked": self._booked,
             "executorBytesRead": self._read_bytes,
             "executorBytesExtra": self._extra_bytes,
+            # GetRecords the shards refused for throughput (each retried when its byte model
+            # said): the driver's probes, and executor reads as reported
+            "throttledProbes": self.byte_budget.throttles(),
+            "throttledReads": self._executor_throttles,
             "tipReports": self._tips.reports if self._tips else 0,
             "tipReportsRefused": self._listener.refused if self._listener else 0,
             "shards": self._last.lag if self._last is not None else self._lag,

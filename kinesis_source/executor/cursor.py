@@ -189,11 +189,16 @@ class RangeReaderBase:
         return TipReport(
             self._range.shard, last, page.behind_ms, page.next_iterator, self._reported_calls(),
             self._range.end_seq, cursor.past, cursor.read_bytes, cursor.extra_bytes, self._rate_state(),
+            self._throttled(),
         )
 
     def _rate_state(self) -> RateState | None:
         """The shard's byte model as the read leaves it (modes that spend the shared budget)."""
         return None
+
+    def _throttled(self) -> int:
+        """The read's calls refused for throughput."""
+        return 0
 
     def _reported_calls(self) -> dict[str, list[float]]:
         """The read's Kinesis calls that spend the shard's polling budget, by operation

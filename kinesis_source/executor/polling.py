@@ -130,6 +130,9 @@ class RangeReader(RangeReaderBase):
     def _rate_state(self) -> RateState | None:
         return self.bytes.state(time.time())
 
+    def _throttled(self) -> int:
+        return self.bytes.throttles
+
     def _pace(self) -> int:
         """Wait for the shard's budgets and return the call's ``Limit``. Calls: the driver
         booked the first (a clock skew between the hosts shifts it by at most

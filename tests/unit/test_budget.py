@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+
+import pytest
 
 from kinesis_source.aws.kinesis import AsyncKinesis
-from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, CallBudget, PacedKinesis
-from kinesis_source.positions import Position
+from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, ByteBudget, CallBudget, PacedKinesis
+from kinesis_source.positions import Position, ShardId
+from kinesis_source.read_rate import MIB, SHARD_BURST_BYTES, RateState
 from tests.unit.fake_kinesis import AsyncFake, FakeKinesis, FakeShard, log_of
 
 
@@ -80,3 +85,47 @@ def test_a_read_that_started_late_moves_its_booking_to_when_it_called():
     # a read that also paged on: both calls count, the second never booked
     budget.settle("s", GET_RECORDS, [], [101.5])
     assert budget.free_at("s", GET_RECORDS, now=101.5) == 102.5
+
+
+def test_a_throttled_probe_is_tried_again_after_the_byte_models_wait():
+    """The driver's GetRecords that the shard refuses: its model goes empty and learns of
+    others; the retry waits for the model's refill (real seconds, so the figures are small)."""
+    fake = FakeKinesis({"a": FakeShard(log_of(5))})
+    budget = CallBudget({GET_RECORDS: 50.0, GET_SHARD_ITERATOR: 50.0})
+    kinesis = PacedKinesis(AsyncFake(fake), budget, attempts=3)
+
+    async def run():
+        it = await kinesis.iterator("s", "a", Position.trim_horizon())
+        await kinesis.page(it, 1)  # the shard's record size is known from here on
+        fake.throttle_next = 1
+        return await kinesis.page(it, 2)
+
+    loop = asyncio.new_event_loop()
+    page = loop.run_until_complete(run())
+    loop.close()
+    assert len(page.records) == 2
+    assert fake.calls.count("GetRecords") == 3
+    model = kinesis.byte_budget.model(ShardId("s", "a"))
+    assert model.throttles == 1
+    state = model.state(time.time())
+    assert state.others > 0  # it learnt that others read the shard
+
+
+def test_the_byte_model_goes_out_with_a_read_and_comes_back_with_its_report():
+    ledger = ByteBudget(None, threading.RLock())
+    key = ShardId("s", "a")
+    model = ledger.model(key)
+    model.spend(3 * MIB, 1000, time.time())  # a probe's page
+    handed = ledger.hand_out(key, 2000)
+    assert handed.level == pytest.approx(SHARD_BURST_BYTES - 3 * MIB, abs=0.2 * MIB)
+    assert handed.record_bytes == pytest.approx(3 * MIB / 1000)
+    # the read's bytes are booked until it reports
+    assert ledger.model(key).state(time.time()).level < handed.level - 5 * MIB
+    reported = RateState(-MIB, time.time(), others=1000.0, record_bytes=500.0)
+    ledger.adopt(key, reported)
+    state = ledger.model(key).state(time.time())
+    assert state.record_bytes == 500.0 and state.others == pytest.approx(1000.0, rel=0.01)
+    assert state.level < 0.5 * MIB
+    ledger.adopt(ShardId("s", "gone"), reported)  # a shard no longer planned: ignored
+    ledger.forget(key)
+    assert ledger.model(key).state(time.time()).level == SHARD_BURST_BYTES

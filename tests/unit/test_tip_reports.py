@@ -12,6 +12,7 @@ from kinesis_source.driver.planner import plan_ranges
 from kinesis_source.driver.reports import TipListener
 from kinesis_source.executor import report as sender
 from kinesis_source.positions import Position, ShardId
+from kinesis_source.read_rate import RateState
 from kinesis_source.tip_reports import ReportAddress, TipReport, decode, encode
 from tests.support.waiting import wait_for
 from tests.unit.fake_kinesis import FakeShard, log_of
@@ -21,7 +22,8 @@ A = ShardId("s", "a")
 
 
 def test_a_report_round_trips_and_bad_ones_are_refused_naming_the_field():
-    full = TipReport(A, "123", 0, None, {"GetRecords": [1.5]}, "120", 3, 900, 350)
+    rate = RateState(-1024.0, 1.7e9, 2048.0, 1.6e9, 1000.0, 512.0)
+    full = TipReport(A, "123", 0, None, {"GetRecords": [1.5]}, "120", 3, 900, 350, rate, 2)
     for tip in (TipReport(A, "123", 40, "it-1"), full):
         token, tips = decode(encode("t0k", [tip]))
         assert (token, tips) == ("t0k", [tip])
@@ -35,6 +37,9 @@ def test_a_report_round_trips_and_bad_ones_are_refused_naming_the_field():
         ({"shard": "s/a", "seq": "12", "behindMs": 0, "readBytes": "9"}, "readBytes"),
         ({"shard": "s/a", "seq": "12", "behindMs": 0, "extraBytes": 1.5}, "extraBytes"),
         ({"shard": "s/a", "seq": "12", "behindMs": 0, "end": "x1"}, "sequence number"),
+        ({"shard": "s/a", "seq": "12", "behindMs": 0, "throttled": -2}, "throttled"),
+        ({"shard": "s/a", "seq": "12", "behindMs": 0, "rate": {"level": 1.0, "at": "x"}}, "at"),
+        ({"shard": "s/a", "seq": "12", "behindMs": 0, "rate": [1]}, "read-rate state"),
     ):
         with pytest.raises(ValueError, match=word):
             TipReport.from_json(bad)
