@@ -429,6 +429,12 @@ class SourceOptions:
                 "finding credentials"
             )
 
+    @property
+    def executor_page_interval_s(self) -> float:
+        """Least time between two ``GetRecords`` of one executor read: half of
+        ``getRecordsPerShardPerSecond`` (the driver's probes get the other half)."""
+        return 2.0 / self.get_records_per_shard_per_second
+
     @staticmethod
     def parse(raw: Mapping[str, str]) -> SourceOptions:
         """Validate Spark's option map (keys case-insensitive) into a frozen object."""

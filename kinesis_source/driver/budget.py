@@ -38,7 +38,8 @@ GET_SHARD_ITERATOR = "GetShardIterator"
 # Iterators remembered per shard, to know which shard a GetRecords call spends: the newest few
 # are all a reader still holds.
 _ITERATORS_PER_SHARD = 16
-_UNKNOWN_SHARD = ("", "")  # the byte model of calls on iterators whose shard is not known
+_UNKNOWN_SHARD = ("", "")
+MAX_LIMIT = 10_000  # GetRecords' largest Limit  # the byte model of calls on iterators whose shard is not known
 
 
 class _Window:
@@ -174,6 +175,15 @@ class ByteBudget:
             if records and model.record_bytes:
                 model.spend(int(records * model.record_bytes), 0, now)
             return state
+
+    def wait_s(self, key: Hashable, interval_s: float) -> float:
+        """How long until ``key``'s model holds a page's worth for a read paced at
+        ``interval_s`` (0 for a shard without a model: its bucket is taken as full)."""
+        with self.lock:
+            model = self._models.get(key)
+            if model is None:
+                return 0.0
+            return model.wait_s(model.want_bytes(MAX_LIMIT, interval_s), time.time())
 
     def adopt(self, key: Hashable, state: RateState) -> None:
         """A read's last state becomes the shard's model (it saw every byte the read took)."""

@@ -340,15 +340,17 @@ class Planner:
     def _held(self, sid: ShardId, start: Position) -> bool:
         """True when an executor read of ``sid`` from ``start`` could not start now (its share
         of the call budget is spent: ``GetRecords``, and ``GetShardIterator`` when no probe left
-        an iterator there): its new records wait for a later batch, instead of a task that
-        sleeps until the budget lets it read (and a batch that lasts as long)."""
+        an iterator there; or the shard's byte model holds less than a page is worth): its new
+        records wait for a later batch, instead of a task that sleeps until the budget lets it
+        read (and a batch that lasts as long)."""
         if self._opts.consumer_mode == "efo":
             return False  # subscriptions do not spend the polling budget
         now = time.monotonic()
         free = self.budget.free_at(sid, GET_RECORDS, now=now)
         if self._prober is not None and self._prober.opener(sid, start) is None:
             free = max(free, self.budget.free_at(sid, GET_SHARD_ITERATOR, now=now))
-        held = free > now + HOLD_SLACK_S
+        bytes_wait = self.byte_budget.wait_s(sid, self._opts.executor_page_interval_s)
+        held = free > now + HOLD_SLACK_S or bytes_wait > HOLD_SLACK_S
         if held and self._tips is not None:
             self._tips.hold(sid)
         return held

@@ -66,8 +66,7 @@ class RangePartition(InputPartition):
             opts.max_records_per_fetch,
             opts.on_corrupt_aggregate,
             opts.fail_on_data_loss,
-            # executors get half of the shard's GetRecords budget (the driver's probes the rest)
-            2.0 / opts.get_records_per_shard_per_second,
+            opts.executor_page_interval_s,
             report_to,
             opts.max_read_rate_per_shard,
         )

@@ -258,3 +258,31 @@ def test_new_records_wait_for_the_read_budget_in_the_table_not_in_a_sleeping_tas
             start = end
     finally:
         planner.close()
+
+
+def test_new_records_wait_in_the_table_while_the_shards_bytes_are_spent():
+    """A read that took the shard's bytes (its report said so): the next batch takes the shard's
+    new records only once the byte model holds a page's worth again, not into a task that
+    would sleep for the refill."""
+    from kinesis_source.read_rate import MIB, SHARD_BYTES_PER_S, RateState
+
+    recs = log_of(20)
+    shard = FakeShard(recs[:10])
+    fake = TimedFake({"a": shard})
+    planner = planner_on(fake, minProbeIntervalMs="20", maxIdleProbeIntervalMs="40", tipReports="false")
+    try:
+        start = trim_horizon(A)
+        end = planner.latest_offset(start)
+        assert end.shards[A] == Position.after(recs[9][0])
+        # the read of that batch left the bucket overdrawn by 1.5 s of refill (and a page short)
+        planner.byte_budget.model(A)
+        planner.byte_budget.adopt(A, RateState(-1.5 * SHARD_BYTES_PER_S, time.time(), record_bytes=MIB / 10))
+        shard.records.extend(recs[10:])
+        held_since = time.monotonic()
+        later = wait_for(lambda: (e := planner.latest_offset(end)) != end and e, timeout=10,
+                         what="the new records in a batch")
+        assert later.shards[A] == Position.after(recs[19][0])
+        assert time.monotonic() - held_since >= 1.5  # held while the model refilled
+        assert planner.byte_budget.wait_s(A, 1.0) <= 0.1  # and planned once a page fitted
+    finally:
+        planner.close()
