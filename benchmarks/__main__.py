@@ -1,12 +1,15 @@
 """Run every benchmark, write ``benchmarks/results/<date>.json`` and the generated part of
 ``docs/benchmarks.md``.
 
-    .venv/bin/python -m benchmarks [--quick] [--only read_path,kpl,commit,planning,memory,e2e,e2e_canned,overhead,quota]
+    .venv/bin/python -m benchmarks [--quick] [--only <suite>,...]
+
+(suites: read_path, kpl, commit, planning, memory, e2e, e2e_canned, overhead, quota, tasks,
+overread, catchup)
 
 ``--quick`` runs smoke sizes (a minute or few, to check the suite works); without it the sizes are
 those published. One moto server and one Spark session serve the whole run (``e2e_canned`` starts
 its own canned Kinesis server and keeps only DynamoDB on moto; ``quota`` puts a quota-enforcing
-proxy in front of moto's Kinesis).
+proxy in front of moto's Kinesis, as do ``tasks``, ``overread`` and ``catchup``).
 
 A run's results file holds what that run measured, nothing else: ``<date>[-quick].json``, or
 ``<date>[-quick]-<suite>+<suite>.json`` for ``--only``. The doc's generated part shows a full-size
@@ -27,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import commit, e2e, kpl, memory, overhead, overread, planning, quota, read_path, report, tasks
+from benchmarks import catchup, commit, e2e, kpl, memory, overhead, overread, planning, quota, read_path, report, tasks
 from benchmarks.common import local_env, machine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         _run("kpl", lambda: kpl.run_suite(q), results)
     if "memory" in only:
         _run("memory", lambda: memory.run_suite(q), results)
-    if only & {"commit", "planning", "e2e", "e2e_canned", "overhead", "quota", "tasks", "overread"}:
+    if only & {"commit", "planning", "e2e", "e2e_canned", "overhead", "quota", "tasks", "overread", "catchup"}:
         from kinesis_source.tools.local import LocalEndpoint
 
         with LocalEndpoint() as ep:
@@ -88,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
                 _run("commit", lambda: commit.run_suite(ep.url, q), results)
             if "planning" in only:
                 _run("planning", lambda: planning.run_suite(ep.url, q), results)
-            if only & {"e2e", "e2e_canned", "overhead", "quota", "tasks", "overread"}:
+            if only & {"e2e", "e2e_canned", "overhead", "quota", "tasks", "overread", "catchup"}:
                 from benchmarks import spark_env
 
                 spark = spark_env.session()
@@ -105,6 +108,8 @@ def main(argv: list[str] | None = None) -> None:
                         _run("tasks", lambda: tasks.run_suite(spark, ep.url, q), results)
                     if "overread" in only:
                         _run("overread", lambda: overread.run_suite(spark, ep.url, q), results)
+                    if "catchup" in only:
+                        _run("catchup", lambda: catchup.run_suite(spark, ep.url, q), results)
                 finally:
                     spark.stop()
     results["targets"] = report.targets(results)

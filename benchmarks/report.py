@@ -40,6 +40,7 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{new:.1f}x with new data, {idle:.1f}x idle", max(new, idle) <= 3.0)
     _quota_targets(add, res.get("quota"))
     _tasks_targets(add, res.get("tasks"))
+    _catchup_targets(add, res.get("catchup"))
     over = res.get("overread")
     if over:
         ratio = over["executor_ratio"]
@@ -100,6 +101,36 @@ def _quota_targets(add: Any, quota: dict[str, Any] | None) -> None:
             max(idle) <= 6.0)
 
 
+def _catchup_targets(add: Any, c: dict[str, Any] | None) -> None:
+    """Issue 20's rows: catch-up at the physical limit (the worst shard of each run), never
+    throttled, every record read; the neighbour's and the source's refusals; the cap's rate."""
+    if not c:
+        return
+    runs = c["catch_up"]
+    counts = "/".join(f"{r['shards']:,}" for r in runs)
+    worst = min(r["ratio_worst"] for r in runs)
+    add(f"catch-up (AvailableNow), physical limit / read window, worst shard, {counts} shard(s)", ">= 0.95",
+        worst, ", ".join(f"{r['ratio_worst']:.2f} ({r['shards']:,} shard{'s' if r['shards'] > 1 else ''})"
+                         for r in runs), worst >= 0.95)
+    refused = sum(r["refused_source"] for r in runs)
+    missing = [r for r in runs if r["records_read"] != r["records_written"]]
+    add("catch-up (AvailableNow): refused calls; records read / written", "= 0; all", refused,
+        f"{refused}; " + ", ".join(f"{r['records_read']:,} / {r['records_written']:,}" for r in runs),
+        refused == 0 and not missing)
+    nb = c["neighbour"]
+    theirs = sum(r["neighbour_refused"] for r in nb)
+    add("neighbour (1 MiB/s) refused while the source catches up beside it", "= 0", theirs,
+        ", ".join(f"{r['neighbour_refused']} of {r['neighbour_calls']} ({r['setting']})" for r in nb), theirs == 0)
+    ours = max(r["source_refused_per_minute"] for r in nb)
+    add("source refused beside the neighbour", "<= 1 per minute", ours,
+        ", ".join(f"{r['source_refused']} in {r['run_seconds']:.0f} s = {r['source_refused_per_minute']:.1f}/min "
+                  f"({r['setting']})" for r in nb), ours <= 1.0)
+    cap = c["cap"]
+    rate = cap["bytes_per_s"] / 1048576
+    add(f"maxReadRatePerShard={cap['cap']}: measured rate", "0.45-0.5 MiB/s", rate,
+        f"{rate:.3f} MiB/s (executors alone {cap['executor_bytes_per_s'] / 1048576:.3f})", 0.45 <= rate <= 0.5)
+
+
 def _tasks_targets(add: Any, tasks: dict[str, Any] | None) -> None:
     """Issue 17's batch at scale: the 1,000/10-shard batch time ratio, latestOffset at 1,000."""
     if not tasks:
@@ -153,7 +184,7 @@ def _s(s: dict[str, Any], digits: int = 0, scale: float = 1.0) -> str:
 
 
 SUITES = ("read_path", "kpl", "commit", "planning", "memory", "e2e", "e2e_canned", "overhead", "quota", "tasks",
-          "overread")
+          "overread", "catchup")
 _RUN_KEYS = ("command", "date", "quick", "machine", "results_file")
 
 
@@ -227,7 +258,8 @@ def render(res: dict[str, Any]) -> str:
         lines.append(f"| {t['target']} | {t['goal']} | {t['shown']} | "
                      f"{'pass' if t['pass'] else '**fail**'} |")
     lines += _read_path(res) + _kpl(res) + _e2e(res) + _planning(res) + _commit(res)
-    lines += _overhead(res) + _memory(res) + _quota(res) + _tasks(res) + _overread(res) + ["", END]
+    lines += _overhead(res) + _memory(res) + _quota(res) + _tasks(res) + _overread(res) + _catchup(res)
+    lines += ["", END]
     return "\n".join(lines)
 
 
@@ -448,6 +480,54 @@ def _overread(res: dict[str, Any]) -> list[str]:
         f"{o['executor_bytes']:,} | {o['executor_ratio']:.3f} | {o['driver_bytes']:,} | {o['driver_ratio']:.3f} | "
         f"{o['reported_read_bytes']:,}, {o['reported_extra_bytes']:,} |",
     ]
+
+
+def _catchup(res: dict[str, Any]) -> list[str]:
+    c = res.get("catchup")
+    if not c:
+        return []
+    mib = 1048576
+    out = ["", f"### 10. Catching up a backlog (quota-enforcing proxy in front of moto: 2 MiB/s and a 10 MiB "
+           f"bucket per shard; {c['record_bytes']:,}-byte records)", "",
+           "`Trigger.AvailableNow` from `TRIM_HORIZON` over a backlog in every shard, default options. Read "
+           "window: the source's first to last `GetRecords` with records on a shard (driver probes and "
+           "executor reads); physical limit: (backlog - 10 MiB) / 2 MiB/s. The executors' own window (their "
+           "first to last data call) and the time their bytes after their first call take at 2 MiB/s "
+           "are beside it.", "",
+           "| shards | backlog per shard | read window (worst shard) | physical limit | ratio: worst (median) | "
+           "executors: window, at 2 MiB/s | first data call, first executor call (after start) | "
+           "refused | records written / read | query |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in c["catch_up"]:
+        w = min(r["per_shard"], key=lambda p: p["ratio"])
+        out.append(
+            f"| {r['shards']:,} | {w['backlog_bytes'] / mib:.1f} MiB | {w['window_s']:.2f} s | "
+            f"{w['physical_s']:.2f} s | "
+            f"{r['ratio_worst']:.2f} ({r['ratio_median']:.2f}) | {w['executor_window_s']:.2f} s, "
+            f"{w['executor_ideal_s']:.2f} s | {w['first_data_call_s']:.1f} s, {w['first_executor_call_s']:.1f} s | "
+            f"{r['refused_source']} | {r['records_written']:,} / {r['records_read']:,} | {r['query_seconds']:.1f} s |")
+    nb = c["neighbour"]
+    if nb:
+        r0 = nb[0]
+        out += ["", f"Beside a neighbour: one shard ({r0['backlog_bytes'] / mib:.0f} MiB backlog, a producer adding "
+                f"{r0['produced_bytes_per_s'] / mib:.1f} MiB/s), another application reading it from "
+                f"`TRIM_HORIZON` once a second ({r0['neighbour_limit']:,} records a call, no retries) while "
+                "the query (default trigger) catches up; the source's rate from "
+                f"{c['skip_seconds']:.0f} s after its first data call to the end.", "",
+                "| setting | run | source: MiB/s (from its first data call) | source refused | neighbour: "
+                "MiB/s | neighbour refused |", "|---|---|---|---|---|---|"]
+        for r in nb:
+            out.append(
+                f"| {r['setting']} | {r['run_seconds']:.0f} s | {r['source_bytes_per_s'] / mib:.2f} "
+                f"({r['source_bytes_per_s_from_first'] / mib:.2f}) | {r['source_refused']} "
+                f"({r['source_refused_per_minute']:.1f}/min) | {r['neighbour_bytes_per_s'] / mib:.2f} | "
+                f"{r['neighbour_refused']} of {r['neighbour_calls']} |")
+    cap = c["cap"]
+    out += ["", f"Cap: `maxReadRatePerShard={cap['cap']}`, one shard ({cap['backlog_bytes'] / mib:.0f} MiB backlog), "
+            f"{cap['run_seconds']:.0f} s, default trigger: {cap['bytes_per_s'] / mib:.3f} MiB/s (bytes after the "
+            f"first data call over {cap['span_seconds']:.1f} s to the last; {cap['data_calls']} data calls); "
+            f"executors alone {cap['executor_bytes_per_s'] / mib:.3f} MiB/s; refused {cap['refused_source']}."]
+    return out
 
 
 def _commit(res: dict[str, Any]) -> list[str]:
