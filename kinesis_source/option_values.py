@@ -90,6 +90,26 @@ def parse_stream_names(text: str) -> tuple[str, ...]:
     return names
 
 
+def parse_stream_arns(text: str) -> tuple[str, ...]:
+    """Comma-separated stream ARNs; their streams' names must differ (a name is the key)."""
+    from kinesis_source.aws.streams import StreamArn
+
+    arns = tuple(StreamArn.parse(t) for t in text.split(","))
+    names = [a.name for a in arns]
+    if len(set(names)) != len(names):
+        raise ValueError(
+            "names two streams of the same name (in two accounts or regions): the name keys "
+            "offsets and checkpoints, so read them in two queries with two applicationNames"
+        )
+    regions = {a.region for a in arns}
+    if len(regions) > 1:
+        raise ValueError(
+            f"names streams in several regions ({', '.join(sorted(regions))}): one query reads "
+            "one region"
+        )
+    return tuple(a.arn for a in arns)
+
+
 _APP_RE = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
 
 

@@ -28,6 +28,7 @@ from kinesis_source.option_values import (
     parse_non_empty,
     parse_role_arn,
     parse_session_name,
+    parse_stream_arns,
     parse_stream_names,
     parse_table_name,
     parse_url,
@@ -64,9 +65,19 @@ class SourceOptions:
         "string",
         None,
         "Kinesis stream to read, or several, comma-separated (offsets, checkpoints and the "
-        "`streamName` column keep them apart). Required.",
+        "`streamName` column keep them apart). Required, unless `streamARN` names the streams.",
         parse_stream_names,
-        required=True,
+    )
+    stream_arns: tuple[str, ...] | None = _option(
+        "streamARN",
+        "string",
+        None,
+        "The streams to read by ARN instead of `streamName` (comma-separated "
+        "`arn:aws:kinesis:<region>:<account>:stream/<name>`): every call then names them by "
+        "ARN, as a stream shared from another account needs. The name in the ARN keys offsets "
+        "and checkpoints and fills the `streamName` column; `region` defaults to the ARNs' "
+        "region.",
+        parse_stream_arns,
     )
     region: str | None = _option(
         "region",
@@ -403,6 +414,7 @@ class SourceOptions:
     )
 
     def __post_init__(self) -> None:
+        self._streams_from_arns()
         if bool(self.aws_access_key_id) != bool(self.aws_secret_key):
             raise OptionError(
                 "Options 'awsAccessKeyId' and 'awsSecretKey' must be given together "
@@ -428,6 +440,37 @@ class SourceOptions:
                 "Options 'profile' and 'awsAccessKeyId' exclude each other: give one way of "
                 "finding credentials"
             )
+
+    def _streams_from_arns(self) -> None:
+        """``streamName`` or ``streamARN``: the names (and, by default, the region) from the ARNs."""
+        if self.stream_arns is None:
+            if not self.stream_names:
+                raise OptionError("Option 'streamName' is required (or 'streamARN'): the Kinesis stream(s) to read")
+            return
+        if self.stream_names:
+            raise OptionError(
+                "Options 'streamName' and 'streamARN' exclude each other: name the streams one way"
+            )
+        from kinesis_source.aws.streams import StreamArn
+
+        arns = [StreamArn.parse(a) for a in self.stream_arns]
+        region = arns[0].region
+        if self.region is not None and self.region != region:
+            raise OptionError(
+                f"Option 'region' = {self.region!r} differs from the region of the streams in "
+                f"'streamARN' ({region}): leave 'region' out, or give the streams' region"
+            )
+        object.__setattr__(self, "stream_names", tuple(a.name for a in arns))  # derived: frozen
+        object.__setattr__(self, "region", region)
+
+    @property
+    def stream_arn_map(self) -> dict[str, str]:
+        """Stream name -> ARN, for the streams given by ARN."""
+        if not self.stream_arns:
+            return {}
+        from kinesis_source.aws.streams import StreamArn
+
+        return {(a := StreamArn.parse(arn)).name: a.arn for arn in self.stream_arns}
 
     @property
     def executor_page_interval_s(self) -> float:

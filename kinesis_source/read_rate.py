@@ -12,14 +12,15 @@ the shard's record size, as seen so far), and waits exactly as long as the model
 next page instead of a jittered exponential guess. The model knows this source's own reads; what
 other applications read it learns from throttles: a refusal while the model had ``b`` bytes says
 others took at least ``b`` since the model was last known right, so their estimated rate grows
-by that much per second (by at most a quarter of the shard per refusal); the model keeps that
+by that much per second (and a quarter more; by at most a quarter of the shard on the first
+refusal, which refutes a bucket only assumed full); the model keeps that
 rate free, plus a second of it, so that their next call finds the bucket non-empty; and a
 refused call is retried when the model, set to empty, has refilled. The estimate fades
 (half-life ``OTHERS_HALF_LIFE_S``), so bandwidth that others stop using comes back, at the cost
 of a throttle now and then while they do not.
 
-An optional cap (``maxReadRatePerShard``) is a second bucket, of this source's reads alone: one
-second deep, refilled at the cap.
+An optional cap (``maxReadRatePerShard``) is a second bucket, of this source's reads alone:
+two seconds deep, refilled at the cap.
 
 The model travels: the driver hands its state to each executor read (with the batch's ranges)
 and takes back the state the read ended with (with the read's tip report), so probes and reads
@@ -43,14 +44,20 @@ MARGIN_BYTES = 64 * 1024
 # non-empty even when it comes just after ours.
 RESERVE_S = 1.0
 OTHERS_HALF_LIFE_S = 300.0
-# One refusal raises others' estimate by at most this share of the shard: a refusal on a model
-# nobody verified yet (a bucket assumed full) says little about a rate.
+# The first refusal raises others' estimate by at most this share of the shard: it refutes a
+# model nobody verified yet (a bucket assumed full), which says little about a rate.
 LEARN_STEP_SHARE = 0.25
+# Between two refusals the model's error is others' unseen reads: their estimate grows by that
+# rate and this much more, so that it ends above their rate (the bucket then fills, and nobody
+# is refused) rather than just below it (a refusal every time the difference adds up).
+LEARN_OVERSHOOT = 1.25
 # Others are never assumed to leave this source less than this share of the shard.
 MIN_SHARE = 0.1
 # A refusal's unexplained bytes are spread over at least this span when learning others' rate.
 MIN_LEARN_SPAN_S = 1.0
-CAP_BURST_S = 1.0  # the cap's bucket: this many seconds of the cap
+# The cap's bucket: this many seconds of the cap. More than a call interval, so that it never
+# fills up (and wastes its refill) while a read waits for its next call.
+CAP_BURST_S = 2.0
 
 
 def page_bytes(records: list[dict]) -> int:
@@ -65,7 +72,7 @@ class RateState:
     level: float  # bytes the model says the shard's bucket holds at ``at``
     at: float  # epoch seconds
     others: float = 0.0  # bytes/s other applications are estimated to read, as of ``at``
-    learned_at: float | None = None  # when the model was last known right (a refusal), epoch s
+    learned_at: float | None = None  # when a refusal last showed the bucket empty (epoch s; None: never)
     record_bytes: float | None = None  # the shard's records' mean size, as last read
     cap_level: float | None = None  # bytes left in the cap's bucket at ``at`` (None: full)
 
@@ -104,11 +111,12 @@ class ShardBytes:
         the model stands (None: a shard nobody read lately, its bucket full)."""
         self.cap = cap
         if state is None:
-            state = RateState(SHARD_BURST_BYTES, now, learned_at=now)
+            state = RateState(SHARD_BURST_BYTES, now)
         self._level = state.level
         self._at = min(state.at, now)
         self._others = state.others
-        self._learned_at = state.learned_at if state.learned_at is not None else self._at
+        self._learned_at = state.learned_at  # None: no refusal has verified the model yet
+        self._since = state.learned_at if state.learned_at is not None else self._at
         self.record_bytes = state.record_bytes
         self._cap_level = self._cap_depth() if state.cap_level is None else state.cap_level
         self.throttles = 0
@@ -171,11 +179,14 @@ class ShardBytes:
         had were read by others since it was last known right: learn their rate from them."""
         self._refill(now)
         unexplained = max(0.0, self._level - MARGIN_BYTES)
-        span = max(MIN_LEARN_SPAN_S, now - self._learned_at)
-        step = min(SHARD_BYTES_PER_S * LEARN_STEP_SHARE, unexplained / span)
+        span = max(MIN_LEARN_SPAN_S, now - self._since)
+        if self._learned_at is None:
+            step = min(SHARD_BYTES_PER_S * LEARN_STEP_SHARE, unexplained / span)
+        else:
+            step = LEARN_OVERSHOOT * unexplained / span
         self._others = min(SHARD_BYTES_PER_S * (1 - MIN_SHARE), self._others + step)
         self._level = min(self._level, 0.0)
-        self._learned_at = now
+        self._learned_at = self._since = now
         self.throttles += 1
 
     # -- what a call asks for ------------------------------------------------------------

@@ -17,6 +17,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from kinesis_source.aws.retries import RetryRule
+from kinesis_source.aws.streams import address_by_arn
 from kinesis_source.errors import OptionError
 from kinesis_source.options import SourceOptions
 
@@ -87,11 +88,16 @@ class AwsSettings:
     fail_fast_unreached: bool = False
     # The source's readers' clients: GetRecords throttles come back to the reader at once.
     paced_reads: bool = False
+    # (name, ARN) of the streams given by ARN: Kinesis clients name them by ARN (streams.py)
+    stream_arns: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
     def for_kinesis(opts: SourceOptions) -> AwsSettings:
         """Settings for the Kinesis client of a query."""
-        return AwsSettings(region=opts.region, endpoint_url=opts.endpoint_url, **_credentials(opts))
+        return AwsSettings(
+            region=opts.region, endpoint_url=opts.endpoint_url, stream_arns=tuple(opts.stream_arn_map.items()),
+            **_credentials(opts),
+        )
 
     @staticmethod
     def for_dynamodb(opts: SourceOptions) -> AwsSettings:
@@ -115,6 +121,14 @@ class AwsSettings:
         """These settings for a reader's client: it retries ``GetRecords`` throttles itself, when
         its model of the shard's byte budget says (``read_rate.py``)."""
         return replace(self, paced_reads=True)
+
+    def _install(self, client: Any, service: str) -> None:
+        """What every client of these settings gets: our retry rule, the User-Agent built once,
+        and (Kinesis) the streams given by ARN addressed by ARN."""
+        self.retry_rule().install(client)
+        _fix_user_agent(client)
+        if service == "kinesis":
+            address_by_arn(client, dict(self.stream_arns))
 
     def _config(self) -> Config:
         # Every request is built by this package from validated options, so botocore's
@@ -186,8 +200,7 @@ class AwsSettings:
                 )
             _tune(session, service)
             client = session.create_client(service, config=self._config(), **self._client_kwargs())
-            self.retry_rule().install(client)
-            _fix_user_agent(client)
+            self._install(client, service)
             return client
         except Exception as exc:  # noqa: BLE001 - reworded below, original chained
             raise _config_error(service, exc) from exc
@@ -226,8 +239,7 @@ class AwsSettings:
             _tune(session, service)
             creator = session.create_client(service, config=config, **self._client_kwargs())
             client = await creator.__aenter__()
-            self.retry_rule().install(client)
-            _fix_user_agent(client)
+            self._install(client, service)
             return client
         except Exception as exc:  # noqa: BLE001 - reworded below, original chained
             raise _config_error(service, exc) from exc

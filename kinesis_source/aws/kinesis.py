@@ -11,7 +11,7 @@ iterators never leave the readers and the probe: callers speak in positions and 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -26,6 +26,7 @@ from tenacity import (
 
 from kinesis_source.aws.clients import error_code
 from kinesis_source.aws.retries import is_connect_error
+from kinesis_source.aws.streams import arn_arg
 from kinesis_source.errors import NO_CREDENTIALS, KinesisSourceError, ShardNotFoundError, StreamNotFoundError
 from kinesis_source.positions import Position
 
@@ -159,7 +160,7 @@ def stream_must_exist(stream: str) -> Iterator[None]:
     except ClientError as exc:
         if error_code(exc) == NOT_FOUND:
             raise StreamNotFoundError(
-                f"Kinesis stream '{stream}' was not found: check option 'streamName' "
+                f"Kinesis stream '{stream}' was not found: check option 'streamName' (or 'streamARN') "
                 f"(and 'region'/'endpointUrl' if the stream is elsewhere). AWS said: {exc}"
             ) from None
         raise
@@ -208,8 +209,10 @@ def list_shards(client: Any, stream: str) -> list[ShardInfo]:
 class AsyncKinesis:
     """The driver's async Kinesis calls, with call and record counters for the probe cost."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, arns: Mapping[str, str] | None = None) -> None:
+        """``arns``: stream name -> ARN of the streams given by ARN (``GetRecords`` passes it)."""
         self._client = client
+        self._arns = dict(arns or {})
         self.calls = 0
         self.records_fetched = 0
 
@@ -256,10 +259,12 @@ class AsyncKinesis:
             raise ShardNotFoundError(stream, shard_id) from exc
         return resp["ShardIterator"]
 
-    async def page(self, iterator: str, limit: int) -> Page:
-        """One ``GetRecords`` call."""
+    async def page(self, iterator: str, limit: int, stream: str | None = None) -> Page:
+        """One ``GetRecords`` call (``stream``: the iterator's, when known: a stream given by
+        ARN is named by it)."""
         self.calls += 1
-        resp = await self._client.get_records(ShardIterator=iterator, Limit=limit)
+        extra = arn_arg(self._arns, stream) if stream is not None else {}
+        resp = await self._client.get_records(ShardIterator=iterator, Limit=limit, **extra)
         page = Page.from_api(resp)
         self.records_fetched += len(page.records)
         return page

@@ -24,7 +24,7 @@ import math
 import threading
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 
 from botocore.exceptions import ClientError
 from tenacity import AsyncRetrying
@@ -211,10 +211,14 @@ class PacedKinesis(AsyncKinesis):
     """The driver's Kinesis calls, each waiting for its shard's budget and leaving the executor
     reserve free. Knows which shard an iterator reads from the answers that handed it out."""
 
-    def __init__(self, client, budget: CallBudget, byte_budget: ByteBudget | None = None, attempts: int = 11) -> None:
+    def __init__(
+        self, client, budget: CallBudget, byte_budget: ByteBudget | None = None, attempts: int = 11,
+        arns: Mapping[str, str] | None = None,
+    ) -> None:
         """``byte_budget``: the shards' byte models (None: a fresh ledger without a cap);
-        ``attempts``: most tries of a throttled ``GetRecords`` (``maxRetries`` + 1)."""
-        super().__init__(client)
+        ``attempts``: most tries of a throttled ``GetRecords`` (``maxRetries`` + 1); ``arns``:
+        the streams given by ARN."""
+        super().__init__(client, arns)
         self.budget = budget
         self.byte_budget = byte_budget if byte_budget is not None else ByteBudget(None, budget.lock)
         self._attempts = attempts
@@ -267,8 +271,10 @@ class PacedKinesis(AsyncKinesis):
         with self.byte_budget.lock:
             return model.limit(limit, time.time())
 
-    async def page(self, iterator: str, limit: int) -> Page:
+    async def page(self, iterator: str, limit: int, stream: str | None = None) -> Page:
         key = self._shard_of.get(iterator)
+        if stream is None and isinstance(key, tuple):
+            stream = key[0]  # keys are (stream, shard id)
         # an iterator of a shard not known here still gets a model, so a throttle waits
         model_key = key if key is not None else _UNKNOWN_SHARD
         async for attempt in AsyncRetrying(**throttle_retry(self._attempts)):
@@ -276,7 +282,7 @@ class PacedKinesis(AsyncKinesis):
                 await self._pace(key, GET_RECORDS)
                 fitted = await self._pace_bytes(model_key, limit)
                 try:
-                    page = await super().page(iterator, fitted)
+                    page = await super().page(iterator, fitted, stream)
                     page.asked = fitted
                 except ClientError as exc:
                     if is_throttled(exc):

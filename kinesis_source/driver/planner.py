@@ -103,7 +103,8 @@ class Planner:
         if self._kinesis is None:
             settings = AwsSettings.for_kinesis(self._opts).failing_fast().pacing_reads()
             self._kinesis = PacedKinesis(
-                await settings.aio_client("kinesis"), self.budget, self.byte_budget, settings.max_retries + 1
+                await settings.aio_client("kinesis"), self.budget, self.byte_budget, settings.max_retries + 1,
+                dict(settings.stream_arns),
             )
         if self._prober is None:
             self._prober = TailProber(

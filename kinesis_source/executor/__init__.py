@@ -52,7 +52,7 @@ def _reader(client: Any, partition: RangePartition, read: ShardRead) -> Reader:
     return RangeReader(
         client, read.range, partition.page_limit, partition.fail_on_data_loss, read.opener,
         partition.page_interval_s, read.not_before, read.records, read.rate, partition.max_rate,
-        partition.settings.max_retries + 1,
+        partition.settings.max_retries + 1, dict(partition.settings.stream_arns).get(read.range.stream),
     )
 
 

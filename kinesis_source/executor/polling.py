@@ -63,12 +63,14 @@ class RangeReader(RangeReaderBase):
         rate: RateState | None = None,
         max_rate: float | None = None,
         attempts: int = 11,
+        stream_arn: str | None = None,
     ) -> None:
         """``records``: how many records the range holds, when planning knows (then each call
         asks for what is left of them, not ``limit``: records past the end would be read again
         by the next batch, from the shard's shared 2 MiB/s). ``rate``: the shard's byte model
         as the driver handed it (None: a full bucket); ``max_rate``: ``maxReadRatePerShard``;
-        ``attempts``: most tries of a throttled call (``maxRetries`` + 1)."""
+        ``attempts``: most tries of a throttled call (``maxRetries`` + 1); ``stream_arn``: the
+        stream's ARN when it was given by ARN (``GetRecords`` names it)."""
         super().__init__(rng, fail_on_data_loss)
         self._client = client
         self._limit = limit
@@ -84,6 +86,7 @@ class RangeReader(RangeReaderBase):
         self.handed_over = False  # the driver's iterator served the first page
         self.bytes = ShardBytes(max_rate, rate, time.time())
         self._attempts = attempts
+        self._arn_arg = {"StreamARN": stream_arn} if stream_arn else {}
 
     def _handed_over_page(self) -> Page | None:
         """The first page from the driver's iterator, if it starts with the expected record."""
@@ -159,7 +162,7 @@ class RangeReader(RangeReaderBase):
                 limit = self._pace()
                 self._called("GetRecords")
                 try:
-                    resp = self._client.get_records(ShardIterator=iterator, Limit=limit)
+                    resp = self._client.get_records(ShardIterator=iterator, Limit=limit, **self._arn_arg)
                 except ClientError as exc:
                     if is_throttled(exc):
                         log.info("GetRecords on %s throttled: another application reads the shard too", self._range)

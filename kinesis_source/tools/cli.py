@@ -164,16 +164,29 @@ def _show(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from kinesis_source.tools.status import collect, render
 
+    arns = _stream_arns(args.stream_arn or [])
     snapshot = _existing(_store(args))
     kinesis = AwsSettings(
-        region=args.region, endpoint_url=args.kinesis_endpoint_url or args.endpoint_url, profile=args.profile
+        region=args.region, endpoint_url=args.kinesis_endpoint_url or args.endpoint_url, profile=args.profile,
+        stream_arns=tuple(arns.items()),
     ).failing_fast().boto3_client("kinesis")
-    shards = collect(snapshot, kinesis, args.max_records)
+    shards = collect(snapshot, kinesis, args.max_records, arns=arns)
     if args.json:
         print(json.dumps([s.to_dict() for s in shards], indent=2, sort_keys=True))
     else:
         render(shards, sys.stdout)
     return 0
+
+
+def _stream_arns(texts: list[str]) -> dict[str, str]:
+    """``--stream-arn`` values as name -> ARN (the table keys streams by name)."""
+    from kinesis_source.aws.streams import StreamArn
+
+    try:
+        arns = [StreamArn.parse(t) for t in texts]
+    except ValueError as exc:
+        raise OptionError(f"--stream-arn: {exc}") from None
+    return {a.name: a.arn for a in arns}
 
 
 def _export_positions(snapshot: Snapshot) -> dict[str, str]:
@@ -311,6 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(status)
     status.add_argument("--kinesis-endpoint-url", help="Kinesis endpoint URL (default: --endpoint-url)")
+    status.add_argument("--stream-arn", action="append", metavar="ARN",
+                        help="a stream the query reads by streamARN (repeatable): named by ARN in every call")
     status.add_argument("--json", action="store_true", help="one JSON object per shard")
     status.add_argument("--max-records", type=int, default=1000,
                         help="records read per shard to count the lag (one GetRecords; more shows as >=)")

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from kinesis_source.aws.kinesis import ShardInfo, list_shards
+from kinesis_source.aws.streams import arn_arg
 from kinesis_source.checkpoints.format import Snapshot
 from kinesis_source.errors import StreamNotFoundError
 from kinesis_source.positions import AFTER, Position, ShardId, seq_key
@@ -58,11 +59,13 @@ def shard_state(info: ShardInfo | None, position: Position | None) -> str:
     return CLOSED if info.is_closed else OPEN
 
 
-def _lag(client: Any, key: ShardId, position: Position, max_records: int) -> tuple[int, bool, int]:
+def _lag(
+    client: Any, key: ShardId, position: Position, max_records: int, arns: Mapping[str, str]
+) -> tuple[int, bool, int]:
     it = client.get_shard_iterator(
         StreamName=key.stream, ShardId=key.shard, **position.iterator_args()
     )["ShardIterator"]
-    page = client.get_records(ShardIterator=it, Limit=max_records)
+    page = client.get_records(ShardIterator=it, Limit=max_records, **arn_arg(arns, key.stream))
     records = len(page.get("Records", []))
     behind_ms = int(page.get("MillisBehindLatest") or 0)
     at_tip = page.get("NextShardIterator") is None or behind_ms == 0
@@ -70,9 +73,11 @@ def _lag(client: Any, key: ShardId, position: Position, max_records: int) -> tup
 
 
 def collect(
-    snapshot: Snapshot, client: Any, max_records: int, streams: Iterable[str] = ()
+    snapshot: Snapshot, client: Any, max_records: int, streams: Iterable[str] = (),
+    arns: Mapping[str, str] | None = None,
 ) -> list[ShardStatus]:
-    """Every shard's status (``client``: boto3 Kinesis), sorted by stream and shard."""
+    """Every shard's status (``client``: boto3 Kinesis, naming the streams of ``arns`` by ARN),
+    sorted by stream and shard."""
     committed = snapshot.shards
     names = set(streams) | {k.stream for k in committed}
     if snapshot.meta is not None:
@@ -91,7 +96,7 @@ def collect(
         state = shard_state(listing.get(key.stream, {}).get(key.shard), position)
         lag: tuple[int | None, bool, int | None] = (None, False, None)
         if position is not None and state in (OPEN, CLOSED):
-            lag = _lag(client, key, position, max_records)
+            lag = _lag(client, key, position, max_records, arns or {})
         elif state == FINISHED:
             lag = (0, True, 0)
         out.append(ShardStatus(key.stream, key.shard, position.to_str() if position else None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from kinesis_source.read_rate import CAP_BURST_S
 from tests.support.quota import QuotaProxy, as_users_run
 from tests.support.spark_query import Collector, start_triggered, stop_quietly
 
@@ -103,10 +104,10 @@ def test_max_read_rate_per_shard_caps_the_bytes_read(
     assert [r.seq for r in sink.rows()] == seqs
     answers = sorted((at, spent) for at, spent, key in quota.answers if key == "local")
     assert len(answers) >= 4, answers
-    # the cap's bucket is one second deep: any window holds at most a second of the cap more
+    # the cap's bucket is CAP_BURST_S deep: any window holds at most that much of the cap more
     # than the cap's rate over it (the first answer included)
     for i, (first, _) in enumerate(answers):
         for j in range(i + 1, len(answers)):
             span = answers[j][0] - first
             taken = sum(spent for _, spent in answers[i:j + 1])
-            assert taken <= cap * (span + 1.0) + 2 * (RECORD_BYTES + 1), (i, j, taken, span)
+            assert taken <= cap * (span + CAP_BURST_S) + 2 * (RECORD_BYTES + 1), (i, j, taken, span)

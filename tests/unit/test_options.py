@@ -202,3 +202,31 @@ def test_unknown_option_with_nothing_close_gets_no_guess():
 
 def test_earliest_is_named_as_other_connectors_trim_horizon():
     bad("is what other connectors call TRIM_HORIZON: write TRIM_HORIZON", initialPosition="earliest")
+
+
+ARN_A = "arn:aws:kinesis:eu-west-1:111122223333:stream/orders"
+ARN_B = "arn:aws:kinesis:eu-west-1:444455556666:stream/clicks"
+
+
+def test_streams_by_arn_give_their_names_and_region():
+    opts = SourceOptions.parse({"streamARN": f"{ARN_A}, {ARN_B}", "applicationName": "x"})
+    assert opts.stream_names == ("orders", "clicks")
+    assert opts.region == "eu-west-1"
+    assert opts.stream_arn_map == {"orders": ARN_A, "clicks": ARN_B}
+    assert parse(streamName="a").stream_arn_map == {}
+    same = SourceOptions.parse({"streamARN": ARN_A, "applicationName": "x", "region": "eu-west-1"})
+    assert same.region == "eu-west-1"
+
+
+def test_streams_by_arn_refuse_what_cannot_be_read_in_one_query():
+    def refused(match: str, **raw: str) -> None:
+        with pytest.raises(OptionError, match=match):
+            SourceOptions.parse({"applicationName": "x", **raw})
+
+    refused("not a Kinesis stream ARN", streamARN="arn:aws:sqs:eu-west-1:111122223333:queue")
+    refused("not a Kinesis stream ARN", streamARN="orders")
+    refused("same name", streamARN=f"{ARN_A},{ARN_A.replace('111122223333', '999999999999')}")
+    refused("several regions", streamARN=f"{ARN_A},{ARN_B.replace('eu-west-1', 'us-east-1')}")
+    refused("exclude each other", streamARN=ARN_A, streamName="orders")
+    refused("differs from the region", streamARN=ARN_A, region="us-east-1")
+    refused("'streamName' is required", awsAccessKeyId="k", awsSecretKey="s")

@@ -7,6 +7,9 @@ from __future__ import annotations
 import pytest
 
 from kinesis_source.read_rate import (
+    CAP_BURST_S,
+    LEARN_OVERSHOOT,
+    LEARN_STEP_SHARE,
     MARGIN_BYTES,
     MIB,
     SHARD_BURST_BYTES,
@@ -64,7 +67,9 @@ def test_a_cap_holds_the_rate_to_it():
     cap = 0.5 * MIB
     window, after_first, refused, _ = catch_up(6_000, cap=cap)
     assert refused == 0
-    assert after_first / window <= cap
+    # the cap's bucket lets at most its depth more through than the cap's rate over a window
+    assert after_first <= cap * window + cap * CAP_BURST_S
+    assert after_first / window >= 0.9 * cap  # and is not wasted: a call takes what it holds
 
 
 def test_the_limit_fits_what_the_bucket_holds_by_the_records_size():
@@ -87,15 +92,21 @@ def test_the_wait_is_what_the_refill_needs():
     assert model.wait_s(MIB, 0.0) == pytest.approx((MIB + MARGIN_BYTES) / SHARD_BYTES_PER_S)
     assert model.wait_s(MIB, 10.0) == 0.0
     capped = ShardBytes(0.25 * MIB, RateState(0.0, 0.0, record_bytes=1000.0, cap_level=0.0), 0.0)
-    assert capped.wait_s(MIB, 0.0) == pytest.approx(1.0)  # the cap's bucket: one second deep
+    # a wait never asks for more than the cap's bucket holds: CAP_BURST_S of the cap
+    assert capped.wait_s(MIB, 0.0) == pytest.approx(CAP_BURST_S)
 
 
 def test_a_refusal_teaches_what_others_read_and_keeps_it_free():
+    # a model a refusal verified at 0 s: the 1 MiB it still had at 2 s was others' in those 2 s
     model = ShardBytes(None, RateState(-3 * MIB, 0.0, record_bytes=1000.0, learned_at=0.0), 0.0)
-    model.refused(2.0)  # the model had 1 MiB: others took it within the 2 s
+    model.refused(2.0)
     state = model.state(2.0)
     assert state.level == 0.0
-    assert state.others == pytest.approx((MIB - MARGIN_BYTES) / 2.0)
+    assert state.others == pytest.approx(LEARN_OVERSHOOT * (MIB - MARGIN_BYTES) / 2.0)
+    # a model nobody verified (a bucket assumed full) learns at most a quarter of the shard
+    fresh = ShardBytes(None, RateState(SHARD_BURST_BYTES, 0.0, record_bytes=1000.0), 0.0)
+    fresh.refused(0.5)
+    assert fresh.state(0.5).others == pytest.approx(SHARD_BYTES_PER_S * LEARN_STEP_SHARE)
     assert state.learned_at == 2.0
     # others are assumed to go on: the refill is what they leave, and a second of it stays free
     model2 = ShardBytes(None, RateState(0.0, 0.0, others=MIB, record_bytes=1000.0), 0.0)

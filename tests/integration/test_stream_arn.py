@@ -1,0 +1,77 @@
+"""Streams given by ARN (``streamARN``): the query reads them, keyed by their names, and every
+call the source makes that names a stream names it by ARN (as a stream shared from another
+account needs: its name means nothing in the reader's account)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from tests.support.cli import cli
+from tests.support.producer import Producer
+from tests.support.proxy import FaultProxy, Seen
+from tests.support.spark_query import Collector, start_triggered, stop_quietly
+
+pytestmark = pytest.mark.spark
+
+
+class Addressing(FaultProxy):
+    """Records, per request, the operation and how it named its stream."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.named: list[tuple[str | None, str, dict[str, str]]] = []
+        self._named_lock = threading.Lock()
+
+    def _describe(self, call: Seen, body: bytes) -> Seen:
+        try:
+            req = json.loads(body) if body.startswith(b"{") else {}
+        except ValueError:
+            req = {}
+        keys = {k: req[k] for k in ("StreamName", "StreamARN") if k in req}
+        with self._named_lock:
+            self.named.append((call.access_key, call.operation, keys))
+        return call
+
+
+def test_a_stream_given_by_arn_is_read_and_named_by_arn_in_every_call(
+    spark, kinesis, kinesis_backend, make_stream, source_options, tmp_path
+):
+    stream = make_stream(2)
+    arn = kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamARN"]
+    producer = Producer(kinesis, stream)
+    producer.put(300, burst=100)
+    options = {k: v for k, v in source_options.items() if k != "region"}
+    options.update(streamARN=arn, initialPosition="TRIM_HORIZON")
+    sink = Collector()
+    with Addressing(kinesis_backend) as proxy:
+        options["endpointUrl"] = proxy.url
+        query = start_triggered(spark, options, tmp_path / "ck", sink, availableNow=True)
+        try:
+            assert query.awaitTermination(240), "Trigger.AvailableNow did not stop by itself"
+            assert query.exception() is None
+        finally:
+            stop_quietly(query)
+        # the status command, told the stream's ARN, names it the same way
+        before = len(proxy.named)
+        status = json.loads(cli(
+            "status", "--app", options["applicationName"], "--endpoint-url", options["dynamodbEndpointUrl"],
+            "--kinesis-endpoint-url", proxy.url, "--region", "us-east-1", "--stream-arn", arn, "--json",
+        ).stdout)
+        by_status = proxy.named[before:]
+    assert {s["stream"] for s in status} == {stream} and all(s["behind_records"] == 0 for s in status)
+    assert by_status and all("StreamName" not in keys for _, _, keys in by_status), by_status
+    bad = cli("status", "--app", "x", "--stream-arn", "orders", check=False)
+    assert bad.returncode != 0 and "--stream-arn" in bad.stderr and "not a Kinesis stream ARN" in bad.stderr
+    rows = sink.rows()
+    assert sorted((r.shard_id, r.seq) for r in rows) == sorted((p.shard_id, p.seq) for p in producer.sent)
+    assert {r.stream for r in rows} == {stream}  # the name keys the rows (and offsets)
+    ours = [(op, keys) for key, op, keys in proxy.named if key == "local"]
+    by_name = [(op, keys) for op, keys in ours if "StreamName" in keys]
+    assert by_name == [], f"calls that named the stream by name: {by_name[:5]}"
+    named = {op for op, keys in ours if keys.get("StreamARN") == arn}
+    assert {"ListShards", "GetShardIterator", "GetRecords", "DescribeStreamSummary"} <= named, named
+    records_calls = [keys for op, keys in ours if op == "GetRecords"]
+    assert records_calls and all(keys.get("StreamARN") == arn for keys in records_calls)
