@@ -28,7 +28,6 @@ _P = PeerOption
 _RETRY_CAP = "retries wait at most 20 s; no setting"
 _NO_META = "positions go to DynamoDB (`checkpointTable`); there is no per-batch metadata to store"
 _EXACT = "a batch is planned as exact ranges on the driver; a task reads its ranges to their ends"
-_PLANNED = "not yet (see the open issues)"
 
 AWS = (
     "the AWS connector",
@@ -133,8 +132,8 @@ DATABRICKS = (
     "Databricks Runtime, closed source",
     (
         _P("streamName", "streamName"),
-        _P("streamARN", None, "stream ARNs as input: " + _PLANNED + "; use `streamName` and "
-           "`region` (cross-account streams are not supported yet)"),
+        _P("streamARN", "streamARN", "ours takes a comma-separated list; every call then names the "
+           "streams by ARN (cross-account streams shared by a resource policy)"),
         _P("region", "region"),
         _P("endpoint", "endpointUrl", verified=False),
         _P("initialPosition", "initialPosition", "`earliest` is `TRIM_HORIZON`; `at_timestamp` is "
