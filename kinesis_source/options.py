@@ -258,6 +258,16 @@ class SourceOptions:
         "How long to wait for an EFO consumer to become ACTIVE (registering takes seconds).",
         int_in(1000),
     )
+    subscribe_timeout_ms: int = _option(
+        "subscribeTimeoutMs",
+        "int",
+        30000,
+        "Longest an EFO subscription may stay silent (Kinesis sends an event every few seconds "
+        "even when no record arrives) before it is dropped and renewed after the last record "
+        "read (the AWS connector's `kinesis.subscribeToShard.timeoutSec`). Lower finds a stalled "
+        "subscription sooner.",
+        int_in(5000),
+    )
     deregister_consumer: bool = _option(
         "deregisterConsumer",
         "bool",

@@ -72,8 +72,8 @@ AWS = (
            "it needs in its module"),
         _P("kinesis.dynamodb.tableName", "checkpointTable", "one table holds many applications, "
            "keyed by `applicationName`"),
-        _P("kinesis.subscribeToShard.timeoutSec", None, "a subscription is read until its range "
-           "ends; one that stalls is resubscribed"),
+        _P("kinesis.subscribeToShard.timeoutSec", "subscribeTimeoutMs", "milliseconds, not "
+           "seconds; a subscription that stays silent that long is renewed"),
         _P("kinesis.subscribeToShard.maxRetries", None, "bounded resubscription, no setting"),
         _P("kinesis.getRecords.numberOfRecordsPerFetch", "maxRecordsPerFetch"),
         _P("kinesis.getRecords.fetchIntervalMs", "getRecordsPerShardPerSecond",

@@ -263,6 +263,8 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         from kinesis_source.driver.tasks import group, shards_per_task
 
         settings = AwsSettings.for_kinesis(self._opts).pacing_reads()
+        if self._opts.consumer_mode == "efo":
+            settings = settings.silent_for_at_most(self._opts.subscribe_timeout_ms / 1000)
         self._known_end = self._offset(end)
         ranges = plan_ranges(self._offset(start), self._known_end)
         arns: dict[str, str] = {}

@@ -90,6 +90,8 @@ class AwsSettings:
     paced_reads: bool = False
     # (name, ARN) of the streams given by ARN: Kinesis clients name them by ARN (streams.py)
     stream_arns: tuple[tuple[str, str], ...] = ()
+    # Longest silence of an answer being read; an EFO subscription's is subscribeTimeoutMs.
+    read_timeout_s: float = _READ_TIMEOUT_S
 
     @staticmethod
     def for_kinesis(opts: SourceOptions) -> AwsSettings:
@@ -122,6 +124,11 @@ class AwsSettings:
         its model of the shard's byte budget says (``read_rate.py``)."""
         return replace(self, paced_reads=True)
 
+    def silent_for_at_most(self, seconds: float) -> AwsSettings:
+        """These settings for a client whose answers (an EFO subscription's event stream) are
+        given up after ``seconds`` without a byte."""
+        return replace(self, read_timeout_s=seconds)
+
     def _install(self, client: Any, service: str) -> None:
         """What every client of these settings gets: our retry rule, the User-Agent built once,
         and (Kinesis) the streams given by ARN addressed by ARN."""
@@ -137,7 +144,7 @@ class AwsSettings:
         return Config(
             retries={"mode": "standard", "total_max_attempts": self.max_retries + 1},
             connect_timeout=_CONNECT_TIMEOUT_S,
-            read_timeout=_READ_TIMEOUT_S,
+            read_timeout=self.read_timeout_s,
             parameter_validation=False,
             # A task reads its shards on up to this many threads, over one shared client.
             max_pool_connections=_SYNC_POOL,

@@ -38,7 +38,7 @@ from tests.support.waiting import wait_for
 RECORDS = 240
 
 
-def _client(url: str) -> object:
+def _client(url: str, read_timeout_s: float = 30.0) -> object:
     # Few, quick botocore retries: the consumer-limit test gets a LimitExceededException,
     # which botocore retries as throttling.
     return AwsSettings(
@@ -48,7 +48,7 @@ def _client(url: str) -> object:
         secret_key="local",
         max_retries=2,
         retry_base_delay_ms=10,
-    ).boto3_client("kinesis")
+    ).silent_for_at_most(read_timeout_s).boto3_client("kinesis")
 
 
 @pytest.fixture
@@ -264,6 +264,24 @@ def test_dropped_connections_are_survived(efo_server, client, backing_client, fi
     reader = SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
     _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
     assert reader.failures == 2 and reader.subscriptions == 3
+
+
+def test_a_silent_subscription_is_renewed_after_the_subscribe_timeout(efo_server, backing_client, filled):
+    """subscribeTimeoutMs is the EFO client's read timeout: a subscription that sends nothing
+    (not even the empty events Kinesis sends while no record arrives) is dropped after it and
+    renewed after the last record read."""
+    stream, by_shard = filled
+    silent_for = 1.0
+    client = _client(efo_server.url, read_timeout_s=silent_for)
+    arn = _consumer(client, stream)
+    rng = _all_ranges(backing_client, stream, by_shard)[0]
+    efo_server.stall(after_events=1, seconds=30.0, times=1)  # longer than the test waits
+    reader = SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
+    started = time.monotonic()
+    _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
+    assert reader.failures == 1 and reader.subscriptions == 2
+    took = time.monotonic() - started
+    assert silent_for <= took < 25.0  # renewed after the timeout, not after the stall ended
 
 
 def test_resource_in_use_while_a_subscription_lingers(efo_server, client, backing_client, filled):

@@ -18,6 +18,7 @@ Knobs that make it behave like Kinesis does over a long run:
   that long (Kinesis ends each one after 5 minutes), so a reader must resubscribe;
 - ``inject_error(code, after_events, times)``: send an exception event mid-subscription;
   ``drop_connection(after_events, times)``: cut the connection mid-subscription;
+  ``stall(after_events, seconds, times)``: go silent mid-subscription, the connection open;
 - ``in_use_window_s``: a second SubscribeToShard of one consumer and shard within that window of
   the previous successful one is refused with ``ResourceInUseException`` (Kinesis: 5 s); after
   it, the new subscription takes over and the old one gets a ``ResourceInUseException`` event.
@@ -122,6 +123,7 @@ def encode_exception(code: str, message: str) -> bytes:
 
 
 _DROP = "(drop the connection)"
+_STALL = "(stall)"
 
 
 class _Dropped(Exception):
@@ -212,6 +214,7 @@ class EfoServer:
         self.end_after_events: int | None = None
         self.end_after_seconds: float = 300.0
         self.in_use_window_s = 0.0
+        self.stall_s = 10.0
         self.subscribe_calls: list[SubscribeCall] = []
         self.calls: dict[str, int] = {}
         self._errors: list[list[Any]] = []  # [code, after_events, times left]
@@ -251,6 +254,12 @@ class EfoServer:
         """The next ``times`` subscriptions that reach ``after_events`` record events lose their
         connection abruptly (no end of the HTTP body), as a network reset does."""
         self.inject_error(_DROP, after_events, times)
+
+    def stall(self, after_events: int = 1, seconds: float = 10.0, times: int = 1) -> None:
+        """The next ``times`` subscriptions that reach ``after_events`` record events go silent
+        for ``seconds`` (the connection open, nothing sent, not even empty events), then end."""
+        self.stall_s = seconds
+        self.inject_error(_STALL, after_events, times)
 
     def live_subscriptions(self) -> int:
         """Subscriptions currently pushing events."""
@@ -399,6 +408,9 @@ class EfoServer:
             code = self._take_error(events)
             if code == _DROP:
                 raise _Dropped()
+            if code == _STALL:
+                self._stopping.wait(self.stall_s)  # silent, as a stalled subscription is
+                return
             if code is not None:
                 yield encode_exception(code, f"injected by the test EFO server: {code}")
                 return

@@ -87,3 +87,29 @@ def test_a_task_of_several_shards_reads_each_in_order_and_reports_all_tips_at_on
     for n, sh in shards.items():
         assert [r["sequenceNumber"] for r in rows if r["shardId"] == n] == [s for s, _ in sh.records[:-1]]
     assert len(sent) == 1 and sorted(t.shard.shard for t in sent[0]) == list("abcd")
+
+
+def test_partitions_carry_the_readers_client_settings():
+    """Executors' clients: GetRecords throttles come back to the reader (its byte model paces
+    the retry), and with fan-out a subscription silent for subscribeTimeoutMs is given up."""
+
+    class Consumers:
+        def arns(self):
+            return {"s": "arn:aws:kinesis:us-east-1:123456789012:stream/s/consumer/app:1"}
+
+    fake = FakeKinesis({"a": FakeShard()})
+    planner = planner_on(fake)
+    start = Offset({ShardId("s", "a"): Position.trim_horizon()})
+    end = Offset({ShardId("s", "a"): Position.after("5")})
+    base = {"streamName": "s", "applicationName": "app", "region": "us-east-1"}
+    try:
+        polling = source.KinesisStreamReader(SourceOptions.parse(base), planner=planner)
+        [part] = polling.partitions(start.to_dict(), end.to_dict())
+        assert part.settings.paced_reads and part.settings.read_timeout_s == 30
+        efo = SourceOptions.parse({**base, "consumerMode": "efo", "subscribeTimeoutMs": "7000"})
+        reader = source.KinesisStreamReader(efo, planner=planner)
+        reader._consumers = Consumers()
+        [part] = reader.partitions(start.to_dict(), end.to_dict())
+        assert part.reads[0].consumer_arn is not None and part.settings.read_timeout_s == 7.0
+    finally:
+        planner.close()
