@@ -38,8 +38,11 @@ GET_SHARD_ITERATOR = "GetShardIterator"
 # Iterators remembered per shard, to know which shard a GetRecords call spends: the newest few
 # are all a reader still holds.
 _ITERATORS_PER_SHARD = 16
-_UNKNOWN_SHARD = ("", "")
-MAX_LIMIT = 10_000  # GetRecords' largest Limit  # the byte model of calls on iterators whose shard is not known
+_UNKNOWN_SHARD = ("", "")  # the byte model of calls on iterators whose shard is not known
+MAX_LIMIT = 10_000  # GetRecords' largest Limit
+# A probe waits until its shard's byte model holds what it asks for, up to this many seconds of
+# refill (a probe reads a few records near the tip; this only matters on a drained shard).
+PROBE_WANT_S = 1.0
 
 
 class _Window:
@@ -260,11 +263,11 @@ class PacedKinesis(AsyncKinesis):
         return it
 
     async def _pace_bytes(self, key: Hashable, limit: int) -> int:
-        """Wait until the shard's byte model holds what ``limit`` records are worth (up to a
-        second's refill) and return the ``Limit`` that fits it."""
+        """Wait until the shard's byte model holds what ``limit`` records are worth (up to
+        ``PROBE_WANT_S`` of refill) and return the ``Limit`` that fits it."""
         model = self.byte_budget.model(key)
         with self.byte_budget.lock:
-            wait = model.wait_s(model.want_bytes(limit, 1.0), time.time())
+            wait = model.wait_s(model.want_bytes(limit, PROBE_WANT_S), time.time())
         if wait > 0:
             self.waited_s += wait
             await asyncio.sleep(wait)  # pacing to the budget, not waiting on a condition

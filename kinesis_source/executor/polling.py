@@ -136,6 +136,16 @@ class RangeReader(RangeReaderBase):
     def _throttled(self) -> int:
         return self.bytes.throttles
 
+    def _booked_wait(self) -> float:
+        """Before the read's first call: how long until the time the driver booked it for (a
+        clock skew between the hosts shifts it by at most ``MAX_BOOKED_WAIT_S``)."""
+        return min(MAX_BOOKED_WAIT_S, self._not_before - time.time()) if self._last_call is None else 0.0
+
+    def _wait_booked(self) -> None:
+        wait = self._booked_wait()
+        if wait > 0:
+            time.sleep(wait)  # pacing to the shard's call budget, not waiting on a condition
+
     def _pace(self) -> int:
         """Wait for the shard's budgets and return the call's ``Limit``. Calls: the driver
         booked the first (a clock skew between the hosts shifts it by at most
@@ -143,7 +153,7 @@ class RangeReader(RangeReaderBase):
         model holds what the call is worth; the ``Limit`` is what it holds."""
         records, model = self._page_limit(), self.bytes
         if self._last_call is None:
-            wait = min(MAX_BOOKED_WAIT_S, self._not_before - time.time())
+            wait = self._booked_wait()
         else:
             spacing = self._interval * (1 + PAGE_JITTER * random.random())
             wait = self._last_call + spacing - time.monotonic()
@@ -180,6 +190,7 @@ class RangeReader(RangeReaderBase):
         for attempt in Retrying(**expiry_retry()):
             with attempt:
                 if self._iterator is None:
+                    self._wait_booked()  # the driver booked the GetShardIterator too
                     self._iterator = self._new_iterator()
                 try:
                     return self._paced_page(self._iterator)
