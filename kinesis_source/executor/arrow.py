@@ -50,7 +50,8 @@ def to_record_batch(stream: str, shard_id: str, records: Sequence[dict]) -> pa.R
             pa.array([r["Data"] for r in records], pa.binary()),
             pa.array([stream] * n, pa.string()),
             pa.array([shard_id] * n, pa.string()),
-            pa.array([r["PartitionKey"] for r in records], pa.string()),
+            # None for records written without one (streams with the AUTO distribution strategy)
+            pa.array([r.get("PartitionKey") for r in records], pa.string()),
             pa.array([r["SequenceNumber"] for r in records], pa.string()),
             pa.array([r.get("SubSequenceNumber", 0) for r in records], pa.int64()),
             pa.array(

@@ -28,3 +28,18 @@ def test_batch_matches_the_declared_schema_and_values():
 
 def test_empty_batch_still_has_the_schema():
     assert to_record_batch("s", "a", []).schema == ARROW_SCHEMA
+
+
+def test_a_record_without_a_partition_key_has_a_null_one():
+    """Kinesis returns no PartitionKey for records written without one (streams with the AUTO
+    record distribution strategy): the column is null, the record is read like any other."""
+    from kinesis_source.read_rate import page_bytes
+
+    records = [
+        {"Data": b"a", "PartitionKey": "k", "SequenceNumber": "1", "ApproximateArrivalTimestamp": 1.0},
+        {"Data": b"bb", "SequenceNumber": "2", "ApproximateArrivalTimestamp": 2.0},
+    ]
+    batch = to_record_batch("s", "shard-0", records)
+    assert batch.column("partitionKey").to_pylist() == ["k", None]
+    assert batch.column("data").to_pylist() == [b"a", b"bb"]
+    assert page_bytes(records) == 1 + 1 + 2  # what the shard's byte budget is charged
