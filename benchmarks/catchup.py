@@ -2,32 +2,43 @@
 moto behind the quota-enforcing proxy of ``tests/support/quota.py`` (5 ``GetRecords`` a second
 and a 2 MiB/s byte bucket 10 MiB deep per shard, every caller together).
 
-Records are ``RECORD_BYTES`` bytes of data with a partition key of one to two characters; bytes
-are counted as Kinesis and the proxy count them (data and partition key). The proxy here
-(:class:`MeteredProxy`) also keeps the bytes of every ``GetRecords`` answer, so that each call
-of the source is known with its time (arrival at the proxy), shard, caller and bytes.
+Records are ``RECORD_BYTES`` bytes of data (the neighbour case: ``NEIGHBOUR_RECORD_BYTES``) with
+a partition key of one to two characters; bytes are counted as Kinesis and the proxy count them
+(data and partition key). The proxy here (:class:`MeteredProxy`) also keeps the bytes of every
+``GetRecords`` answer and when it passed, so that each call is known with its time (arrival at
+the proxy), shard, caller, bytes and answer time; each refusal with its reason (the shard's byte
+bucket empty, or its 5 calls of the last second made); and the server's 5xx answers.
 
 1. **Catch-up** (``Trigger.AvailableNow``, ``initialPosition=TRIM_HORIZON``, ``noop`` sink,
    default options but endpoints and credentials): every shard holds a backlog of
    ``CATCHUP_RECORDS`` records (>= 25 MiB; ``--quick``: ``QUICK_CATCHUP_RECORDS``, ~15 MiB),
    written with ``PutRecords`` batches of 500 straight to moto before the query starts. Per
-   shard, the *read window* runs from the source's first to its last ``GetRecords`` that
-   returned records (driver probes and executor reads together). A reader can do no better than
-   take the full 10 MiB bucket at once and then 2 MiB/s, so the *physical limit* is
-   ``(backlog bytes - 10 MiB) / 2 MiB/s``; the figure is physical / window (the worst shard's),
-   the source's refused calls, and the rows read against the records written. 1 shard
-   (``--quick``: only this), 4 and 16 shards.
+   shard, the *read window* runs from the executors' (client ``sync``) first ``GetRecords`` that
+   returned records to their last: the read of the backlog, not Spark's start of the query (the
+   driver's first probes read a few records seconds before any executor runs). A reader can do
+   no better than take the full 10 MiB bucket at once and then 2 MiB/s, so the *physical limit*
+   is ``(backlog bytes - 10 MiB) / 2 MiB/s``; the target figure is physical / read window (the
+   worst shard's). The first executor answer's time at the proxy (answer - call) is reported
+   too: the proxy charges a response when it passes, so while that first (10 MiB) answer is on
+   its way the bucket sits full and its refill is lost; *limit with the first answer* = physical
+   + that time, and the ratio against it is a second figure. The whole query's window (from the
+   driver's first data call) is kept for information. Also the source's refusals (by reason) and
+   the rows read against the records written. 1 shard (``--quick``: only this), 4 and 16 shards
+   (16 is CPU-bound on a 2-core machine: moto, the proxy and Spark share it).
 2. **Neighbour**: one shard, and another application (access key ``neighbour``, boto3 without
    retries) reading it from ``TRIM_HORIZON`` once a second with a ``Limit`` of ~1 MiB of
    records, counting its refusals; ``NEIGHBOUR_LEAD_S`` later the source's query starts (Spark's
    default trigger, ``TRIM_HORIZON``) and both run for ``NEIGHBOUR_RUN_S`` (``--quick``: 30 s).
-   So that neither reader reaches the tip, the shard holds a backlog of
-   ``NEIGHBOUR_BACKLOG_MIB`` and a producer (:class:`~tests.support.quota.Feeder`) writes
-   ~1 MiB/s into it during the run: moto fills ~8 MiB/s, so a backlog big enough for 90 s of
-   both readers alone (~200 MiB) would take longer to write than the run. Figures: the source's
-   bytes/s from 10 s after its first data call to the end (the neighbour's 1 MiB/s leaves it
-   ~1 MiB/s), the neighbour's refusals and the source's refusals per minute. Run twice:
-   default options, and ``maxReadRatePerShard=1MiB``.
+   Nothing is written during the run (moto answers 500 to a ``GetRecords`` that races a
+   ``PutRecords``, and botocore's retries of those add calls to the shard's 5-a-second window),
+   so the shard holds a backlog that neither reader reaches the end of: ``NEIGHBOUR_BACKLOG_MIB``
+   (both readers together read ~2 MiB/s). Its records are ``NEIGHBOUR_RECORD_BYTES`` long:
+   moto's ``PutRecord`` copies the shard's keys for every record, so writing 200 MiB of 1 KB
+   records takes minutes, of 10 KB records seconds (the quotas count bytes; record size only
+   changes records per call). Figures: the source's bytes/s from ``SKIP_S`` after its first
+   data call to the end (the neighbour's 1 MiB/s leaves it ~1 MiB/s), both readers' refusals by
+   reason, the source's refusals per minute and the server's 5xx answers. Run twice: default
+   options, and ``maxReadRatePerShard=1MiB``.
 3. **Cap**: ``maxReadRatePerShard=0.5MiB``, one shard with a ``CAP_BACKLOG_MIB`` backlog, a
    timed run of ``CAP_RUN_S`` (default trigger): the rate is the bytes of the source's data
    calls after its first / (last data call - first data call).
@@ -37,12 +48,15 @@ of the source is known with its time (arrival at the proxy), shard, caller and b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,8 +66,9 @@ from botocore.exceptions import ClientError
 
 from benchmarks.common import PUT_BATCH, REGION, create_stream, settings, shard_hash_keys, source_options
 from benchmarks.quota import _rows_read
+from benchmarks.report import _reasons, _worst_shard
 from tests.support.proxy import THROTTLED, Seen
-from tests.support.quota import Feeder, QuotaProxy, _data_bytes
+from tests.support.quota import WINDOW_S, QuotaProxy, _data_bytes
 
 MIB = 1024 * 1024
 SHARD_BYTES_PER_S = 2 * MIB
@@ -70,17 +85,18 @@ QUICK_SHARD_COUNTS = (1,)
 CATCHUP_TIMEOUT_S = 600.0
 
 NEIGHBOUR_RUN_S, QUICK_NEIGHBOUR_RUN_S = 90.0, 30.0
-NEIGHBOUR_BACKLOG_MIB, QUICK_NEIGHBOUR_BACKLOG_MIB = 80, 30
+NEIGHBOUR_BACKLOG_MIB, QUICK_NEIGHBOUR_BACKLOG_MIB = 200, 70
+NEIGHBOUR_RECORD_BYTES = 10_000
 NEIGHBOUR_BYTES_PER_S = 1 * MIB
 NEIGHBOUR_LEAD_S = 3.0  # the neighbour reads alone this long before the query starts
-PRODUCER_BYTES_PER_S = 1 * MIB
-PRODUCER_ROUNDS_PER_S = 4
 SKIP_S = 10.0  # the source's rate beside the neighbour: from this long after its first data call
 
 CAP = "0.5MiB"
 CAP_BYTES_PER_S = 0.5 * MIB
 CAP_BACKLOG_MIB, QUICK_CAP_BACKLOG_MIB = 20, 12
 CAP_RUN_S, QUICK_CAP_RUN_S = 40.0, 20.0
+
+BYTES, CALLS = "bytes", "calls"  # why a call was refused: the byte bucket empty, the call window full
 
 
 @dataclass(frozen=True)
@@ -92,14 +108,42 @@ class Answer:
     records: int
     done: float  # time.monotonic() when the answer was read from the server
 
+    @property
+    def latency(self) -> float:
+        """Seconds from the call's arrival at the proxy to its answer passing it."""
+        return self.done - self.call.at
+
 
 class MeteredProxy(QuotaProxy):
-    """The quota proxy, also keeping each ``GetRecords`` answer's bytes (:class:`Answer`)."""
+    """The quota proxy, also keeping each ``GetRecords`` answer's bytes (:class:`Answer`), the
+    server's 5xx answers, and why each call was refused (``reasons``: :data:`BYTES` or
+    :data:`CALLS`, by the refused call as recorded)."""
 
     def __init__(self, target_url: str) -> None:
         super().__init__(target_url)
         self.answers: list[Answer] = []
         self.failures: list[tuple[Seen, int, str]] = []  # the server's 5xx answers
+        self.reasons: dict[Seen, str] = {}
+
+    def _refusal(self, call: Seen, req: dict[str, Any]) -> str | None:
+        code = super()._refusal(call, req)
+        if code is not None:
+            with self._lock:
+                self.reasons[dataclasses.replace(call, injected=code)] = self._why(call)
+        return code
+
+    def _why(self, call: Seen) -> str:
+        """Which budget refused ``call``, checked as ``QuotaProxy._refusal`` checks them (the
+        bucket first, then the call window), without changing either."""
+        if call.operation != "GetRecords" or call.shard is None:
+            return CALLS  # the other quotas count calls only
+        bucket = self._buckets.get(call.shard)
+        if bucket is not None and min(bucket.depth, bucket.tokens + max(0.0, call.at - bucket.at) * bucket.rate) <= 0:
+            return BYTES
+        window = self._windows.get(("GetRecords", call.shard), ())
+        if sum(1 for t in window if t > call.at - WINDOW_S) >= self.quotas.get_records_calls:
+            return CALLS
+        return "unknown"  # a budget changed between the refusal and this look (another thread)
 
     def _transform(self, call: Seen, body: bytes, status: int, data: bytes) -> bytes:
         data = super()._transform(call, body, status, data)
@@ -120,33 +164,53 @@ class MeteredProxy(QuotaProxy):
                    and (shard is None or a.call.shard[1] == shard)]  # type: ignore[index]
         return sorted(out, key=lambda a: a.call.at)
 
-    def refusals(self, key: str, shard: str | None = None, since: float = 0.0,
-                 until: float = float("inf")) -> list[Seen]:
-        """``key``'s calls a quota refused (about ``shard``), between the two times."""
-        return [s for s in self.calls(where=lambda s: s.access_key == key and since <= s.at <= until
-                                      and (shard is None or (s.shard is not None and s.shard[1] == shard)),
-                                      refused=True)]
+    def refusals(self, key: str, shard: str | None = None, until: float = float("inf")) -> list[Seen]:
+        """``key``'s calls a quota refused (about ``shard``), up to ``until``."""
+        return self.calls(where=lambda s: s.access_key == key and s.at <= until
+                          and (shard is None or (s.shard is not None and s.shard[1] == shard)), refused=True)
+
+    def refusal_counts(self, key: str, shard: str | None = None, until: float = float("inf")) -> dict[str, Any]:
+        """``key``'s refusals (about ``shard``) up to ``until``: in all, by reason, by operation."""
+        refused = self.refusals(key, shard, until)
+        by_reason: dict[str, int] = {}
+        by_op: dict[str, int] = {}
+        for s in refused:
+            why = self.reasons.get(s, "unknown")
+            by_reason[why] = by_reason.get(why, 0) + 1
+            by_op[s.operation] = by_op.get(s.operation, 0) + 1
+        return {"total": len(refused), "by_reason": by_reason, "by_operation": by_op}
+
+    def failure_list(self, t0: float) -> list[list[Any]]:
+        """The server's 5xx answers: ``[seconds after t0, operation, caller, status, body's start]``."""
+        with self._lock:
+            return [[round(c.at - t0, 2), c.operation, c.access_key, status, text]
+                    for c, status, text in self.failures]
+
+
+def _who(s: Seen) -> str:
+    if s.access_key != SOURCE_KEY:
+        return str(s.access_key)
+    return "driver" if s.client == "async" else "executor"
 
 
 def _timeline(proxy: MeteredProxy, shard: str, t0: float, keys: tuple[str, ...] = (SOURCE_KEY,)) -> list[list[Any]]:
     """Every ``GetRecords`` of ``keys`` on ``shard`` as ``[seconds after t0, who, bytes, records,
-    seconds after t0 its answer was read]`` (``who``: driver, executor or neighbour; bytes
-    ``"refused"`` for a refusal)."""
-    answered = {id(a.call): a for a in proxy.answers}
-
-    def who(s: Seen) -> str:
-        if s.access_key != SOURCE_KEY:
-            return str(s.access_key)
-        return "driver" if s.client == "async" else "executor"
-
+    seconds after t0 its answer passed the proxy]`` (``who``: driver, executor or neighbour;
+    bytes ``"refused: bytes"`` or ``"refused: calls"`` for a refusal and why, the status
+    (``"500"``) for a server failure)."""
+    with proxy._lock:
+        answered = {id(a.call): a for a in proxy.answers}
+        failed = {id(c): status for c, status, _ in proxy.failures}
     out = []
     for s in proxy.calls("GetRecords", where=lambda s: s.access_key in keys and s.shard is not None
                          and s.shard[1] == shard):
         a = answered.get(id(s))
         if s.injected == THROTTLED:
-            out.append([round(s.at - t0, 3), who(s), "refused", 0, None])
+            out.append([round(s.at - t0, 3), _who(s), f"refused: {proxy.reasons.get(s, 'unknown')}", 0, None])
         elif a is not None:
-            out.append([round(s.at - t0, 3), who(s), a.bytes, a.records, round(a.done - t0, 3)])
+            out.append([round(s.at - t0, 3), _who(s), a.bytes, a.records, round(a.done - t0, 3)])
+        elif id(s) in failed:
+            out.append([round(s.at - t0, 3), _who(s), str(failed[id(s)]), 0, None])
     return out
 
 
@@ -154,10 +218,11 @@ def _key(i: int) -> str:
     return str(i % 100)  # a short partition key: one or two characters
 
 
-def _fill(client: Any, stream: str, keys: list[tuple[str, str]], per_shard: int) -> dict[str, int]:
-    """``per_shard`` records of ``RECORD_BYTES`` in every shard (``PutRecords`` of 500, each to
+def _fill(client: Any, stream: str, keys: list[tuple[str, str]], per_shard: int,
+          record_bytes: int = RECORD_BYTES) -> dict[str, int]:
+    """``per_shard`` records of ``record_bytes`` in every shard (``PutRecords`` of 500, each to
     one shard); returns each shard's bytes as Kinesis counts them (data and partition keys)."""
-    payload = os.urandom(RECORD_BYTES)
+    payload = os.urandom(record_bytes)
     out = {}
     for shard, hash_key in keys:
         total = 0
@@ -172,14 +237,23 @@ def _fill(client: Any, stream: str, keys: list[tuple[str, str]], per_shard: int)
     return out
 
 
-def _start(spark: Any, options: dict[str, str], checkpoint: str, available_now: bool) -> Any:
+@contextmanager
+def _query(spark: Any, options: dict[str, str], available_now: bool) -> Iterator[Any]:
+    """A query of the source into ``noop`` (``Trigger.AvailableNow`` or the default trigger) on
+    a fresh checkpoint, stopped and its checkpoint removed on leaving."""
+    checkpoint = tempfile.mkdtemp(prefix="kddb-catchup-")
     reader = spark.readStream.format("kinesis-ddb")
     for key, value in options.items():
         reader = reader.option(key, value)
     writer = reader.load().writeStream.format("noop").option("checkpointLocation", checkpoint)
     if available_now:
         writer = writer.trigger(availableNow=True)
-    return writer.start()
+    query = writer.start()
+    try:
+        yield query
+    finally:
+        query.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
 
 
 def _stream(url: str, shards: int, prefix: str) -> tuple[Any, str, list[tuple[str, str]]]:
@@ -198,17 +272,54 @@ def _options(proxy: MeteredProxy, url: str, stream: str, **extra: str) -> dict[s
 # -- 1. catch-up ---------------------------------------------------------------------------
 
 
+def _shard_figures(proxy: MeteredProxy, shard: str, backlog: int, started: float) -> dict[str, Any]:
+    """One shard of a catch-up: the executors' read window against the physical limit (also
+    with the first executor answer's time), the whole query's window, calls and refusals."""
+    calls = proxy.data_calls(SOURCE_KEY, shard)
+    execs = [a for a in calls if a.call.client == "sync"]
+    window = execs[-1].call.at - execs[0].call.at if len(execs) > 1 else 0.0
+    query_window = calls[-1].call.at - calls[0].call.at if len(calls) > 1 else 0.0
+    physical = max(0.0, backlog - BURST_BYTES) / SHARD_BYTES_PER_S
+    first_answer = execs[0].latency if execs else 0.0
+    refused = proxy.refusal_counts(SOURCE_KEY, shard)
+    return {
+        "shard": shard,
+        "backlog_bytes": backlog,
+        "bytes_read": sum(a.bytes for a in calls),
+        "data_calls": len(calls),
+        "driver_data_calls": len(calls) - len(execs),
+        "driver_bytes": sum(a.bytes for a in calls if a.call.client != "sync"),
+        "physical_s": round(physical, 3),
+        # the target: the executors' read, first to last data call
+        "read_window_s": round(window, 3),
+        "read_ratio": physical / window if window else 0.0,
+        "first_executor_call_s": round(execs[0].call.at - started, 3) if execs else None,
+        "first_executor_bytes": execs[0].bytes if execs else 0,
+        "first_executor_answer_s": round(first_answer, 3),
+        "limit_with_first_answer_s": round(physical + first_answer, 3),
+        "ratio_with_first_answer": (physical + first_answer) / window if window else 0.0,
+        # (what the executors' bytes after their first call take at 2 MiB/s)
+        "executor_ideal_s": round(sum(a.bytes for a in execs[1:]) / SHARD_BYTES_PER_S, 3),
+        # for information: the whole query's window, from the driver's first data call
+        "first_data_call_s": round(calls[0].call.at - started, 3) if calls else None,
+        "query_window_s": round(query_window, 3),
+        "query_ratio": physical / query_window if query_window else 0.0,
+        "refused": refused["total"],
+        "refused_by_reason": refused["by_reason"],
+        "get_records_calls": len(proxy.calls("GetRecords", where=lambda s: s.access_key == SOURCE_KEY
+                                             and s.shard is not None and s.shard[1] == shard)),
+    }
+
+
 def catch_up(spark: Any, url: str, shards: int, per_shard: int) -> dict[str, Any]:
     """One ``Trigger.AvailableNow`` run over a backlog of ``per_shard`` records per shard."""
     client, stream, keys = _stream(url, shards, "catchup")
     began = time.monotonic()
     backlog = _fill(client, stream, keys, per_shard)
     fill_s = time.monotonic() - began
-    checkpoint = tempfile.mkdtemp(prefix="kddb-catchup-")
     with MeteredProxy(url) as proxy:
         started = time.monotonic()
-        query = _start(spark, _options(proxy, url, stream), checkpoint, available_now=True)
-        try:
+        with _query(spark, _options(proxy, url, stream), available_now=True) as query:
             if not query.awaitTermination(CATCHUP_TIMEOUT_S):
                 raise TimeoutError(f"AvailableNow over {shards} shard(s): not done in {CATCHUP_TIMEOUT_S:.0f} s")
             if query.exception() is not None:
@@ -216,40 +327,10 @@ def catch_up(spark: Any, url: str, shards: int, per_shard: int) -> dict[str, Any
             ended = time.monotonic()
             rows = _rows_read(query)
             progress = [json.loads(p.json) for p in query.recentProgress]
-        finally:
-            query.stop()
-            shutil.rmtree(checkpoint, ignore_errors=True)
-        per = []
-        for shard, _ in keys:
-            calls = proxy.data_calls(SOURCE_KEY, shard)
-            window = calls[-1].call.at - calls[0].call.at if len(calls) > 1 else 0.0
-            physical = max(0.0, backlog[shard] - BURST_BYTES) / SHARD_BYTES_PER_S
-            read = sum(a.bytes for a in calls)
-            execs = [a for a in calls if a.call.client == "sync"]
-            exec_window = execs[-1].call.at - execs[0].call.at if len(execs) > 1 else 0.0
-            per.append({
-                "shard": shard,
-                "backlog_bytes": backlog[shard],
-                "bytes_read": read,
-                "data_calls": len(calls),
-                "driver_data_calls": sum(1 for a in calls if a.call.client == "async"),
-                "first_call_bytes": calls[0].bytes if calls else 0,
-                "first_data_call_s": round(calls[0].call.at - started, 3) if calls else None,
-                "window_s": round(window, 3),
-                "physical_s": round(physical, 3),
-                "ratio": physical / window if window else 0.0,
-                "first_executor_call_s": round(execs[0].call.at - started, 3) if execs else None,
-                "executor_window_s": round(exec_window, 3),
-                "executor_first_call_bytes": execs[0].bytes if execs else 0,
-                # (what the executors alone achieved: their bytes after their first call at 2 MiB/s)
-                "executor_ideal_s": round(sum(a.bytes for a in execs[1:]) / SHARD_BYTES_PER_S, 3),
-                "refused": len(proxy.refusals(SOURCE_KEY, shard)),
-                "get_records_calls": len(proxy.calls("GetRecords", where=lambda s, sh=shard: s.access_key == SOURCE_KEY
-                                                     and s.shard is not None and s.shard[1] == sh)),
-            })
-        worst = min(per, key=lambda p: p["ratio"])
-        t0 = min((p["first_data_call_s"] or 0.0) for p in per) + started
-        out = {
+        per = [_shard_figures(proxy, shard, backlog[shard], started) for shard, _ in keys]
+        worst = min(per, key=lambda p: p["read_ratio"])
+        refused = proxy.refusal_counts(SOURCE_KEY)
+        return {
             "shards": shards,
             "records_per_shard": per_shard,
             "records_written": per_shard * shards,
@@ -258,30 +339,19 @@ def catch_up(spark: Any, url: str, shards: int, per_shard: int) -> dict[str, Any
             "batch_duration_ms": [p["durationMs"] for p in progress if p["numInputRows"] > 0],
             "fill_seconds": round(fill_s, 1),
             "query_seconds": round(ended - started, 1),
-            "ratio_worst": worst["ratio"],
-            "ratio_median": sorted(p["ratio"] for p in per)[len(per) // 2],
-            "refused_source": len(proxy.refusals(SOURCE_KEY)),
-            "refused_by_op": _refused_by_op(proxy, SOURCE_KEY),
-            "server_failures": _failures(proxy, started),
+            "worst_shard": worst["shard"],
+            "read_ratio_worst": worst["read_ratio"],
+            "read_ratio_median": sorted(p["read_ratio"] for p in per)[len(per) // 2],
+            "ratio_with_first_answer_worst": min(p["ratio_with_first_answer"] for p in per),
+            "query_ratio_worst": min(p["query_ratio"] for p in per),
+            "refused_source": refused["total"],
+            "refused_by_reason": refused["by_reason"],
+            "refused_by_op": refused["by_operation"],
+            "server_failures": proxy.failure_list(started),
             "per_shard": per,
-            # the worst shard's calls, for reading what happened
-            "timeline_worst_shard": _timeline(proxy, worst["shard"], t0),
+            # the worst shard's calls (seconds after the query's start), for reading what happened
+            "timeline_worst_shard": _timeline(proxy, worst["shard"], started),
         }
-    return out
-
-
-def _failures(proxy: MeteredProxy, t0: float) -> list[list[Any]]:
-    """The server's 5xx answers: ``[seconds after t0, operation, caller, status, body's start]``."""
-    with proxy._lock:
-        return [[round(c.at - t0, 2), c.operation, c.access_key, status, text]
-                for c, status, text in proxy.failures]
-
-
-def _refused_by_op(proxy: MeteredProxy, key: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for s in proxy.refusals(key):
-        out[s.operation] = out.get(s.operation, 0) + 1
-    return out
 
 
 # -- 2. neighbour --------------------------------------------------------------------------
@@ -334,72 +404,83 @@ class ShardNeighbour:
         self._thread.join(timeout=30)
 
 
-def _backlog_records(mib: float) -> int:
-    return int(mib * MIB / (RECORD_BYTES + 2))
+def _backlog_records(mib: float, record_bytes: int) -> int:
+    return int(mib * MIB / (record_bytes + 2))
+
+
+def _one_shard(url: str, prefix: str, backlog_mib: float, record_bytes: int) -> tuple[str, str, int, float]:
+    """A new one-shard stream holding a backlog of ``backlog_mib`` in records of ``record_bytes``:
+    the stream, its shard, the backlog's bytes and the seconds writing it took."""
+    client, stream, keys = _stream(url, 1, prefix)
+    began = time.monotonic()
+    backlog = _fill(client, stream, keys, _backlog_records(backlog_mib, record_bytes), record_bytes)
+    return stream, keys[0][0], backlog[keys[0][0]], time.monotonic() - began
+
+
+def _timed_run(spark: Any, proxy: MeteredProxy, url: str, stream: str, run_s: float,
+               extra: dict[str, str]) -> tuple[float, float, int]:
+    """The source's query (default trigger, ``extra`` options) run for ``run_s``: its start, end
+    and rows read."""
+    started = time.monotonic()
+    with _query(spark, _options(proxy, url, stream, **extra), available_now=False) as query:
+        while time.monotonic() < started + run_s:
+            if not query.isActive:
+                raise RuntimeError(f"the query stopped: {query.exception()}")
+            time.sleep(0.5)
+        return started, time.monotonic(), _rows_read(query)
+
+
+def _run_figures(proxy: MeteredProxy, started: float, ended: float, backlog: int, rows: int) -> dict[str, Any]:
+    return {"run_seconds": round(ended - started, 1), "backlog_bytes": backlog, "rows_read": rows,
+            "server_failures": proxy.failure_list(started)}
 
 
 def beside_neighbour(spark: Any, url: str, run_s: float, backlog_mib: float,
                      extra: dict[str, str], setting: str) -> dict[str, Any]:
-    """The source's query catching up beside :class:`ShardNeighbour` for ``run_s``."""
-    client, stream, keys = _stream(url, 1, "catchup-nb")
-    shard = keys[0][0]
-    backlog = _fill(client, stream, keys, _backlog_records(backlog_mib))[shard]
-    checkpoint = tempfile.mkdtemp(prefix="kddb-catchup-")
-    per_round = round(PRODUCER_BYTES_PER_S / PRODUCER_ROUNDS_PER_S / (RECORD_BYTES + 1))
+    """The source's query catching up beside :class:`ShardNeighbour` for ``run_s``, nothing
+    written meanwhile."""
+    stream, shard, backlog, fill_s = _one_shard(url, "catchup-nb", backlog_mib, NEIGHBOUR_RECORD_BYTES)
     with MeteredProxy(url) as proxy, \
-            Feeder(client, stream, [shard], PRODUCER_ROUNDS_PER_S, RECORD_BYTES, per_round) as producer, \
-            ShardNeighbour(proxy.url, stream, shard, NEIGHBOUR_BYTES_PER_S, RECORD_BYTES + 2) as neighbour:
+            ShardNeighbour(proxy.url, stream, shard, NEIGHBOUR_BYTES_PER_S, NEIGHBOUR_RECORD_BYTES + 2) as neighbour:
         time.sleep(NEIGHBOUR_LEAD_S)
-        started = time.monotonic()
-        query = _start(spark, _options(proxy, url, stream, **extra), checkpoint, available_now=False)
-        try:
-            while time.monotonic() < started + run_s:
-                if not query.isActive:
-                    raise RuntimeError(f"the query stopped: {query.exception()}")
-                time.sleep(0.5)
-            ended = time.monotonic()
-            rows = _rows_read(query)
-        finally:
-            query.stop()
-            shutil.rmtree(checkpoint, ignore_errors=True)
+        started, ended, rows = _timed_run(spark, proxy, url, stream, run_s, extra)
         neighbour.__exit__(None, None, None)
-        producer.__exit__(None, None, None)
         ours = [a for a in proxy.data_calls(SOURCE_KEY) if a.call.at <= ended]
         theirs = [a for a in proxy.data_calls(NEIGHBOUR_KEY) if started <= a.call.at <= ended]
         first = ours[0].call.at if ours else ended
         since = first + SKIP_S
         measured = [a for a in ours if a.call.at >= since]
-        ours_refused = proxy.refusals(SOURCE_KEY, until=ended)
-        out = {
+        ours_refused = proxy.refusal_counts(SOURCE_KEY, until=ended)
+        their_refused = proxy.refusal_counts(NEIGHBOUR_KEY)
+        return {
+            **_run_figures(proxy, started, ended, backlog, rows),
             "setting": setting,
             "options": extra,
-            "run_seconds": round(ended - started, 1),
-            "backlog_bytes": backlog,
-            "produced_bytes_per_s": per_round * (RECORD_BYTES + 1) * PRODUCER_ROUNDS_PER_S,
-            "records_produced": len(producer.sent),
+            "record_bytes": NEIGHBOUR_RECORD_BYTES,
+            "fill_seconds": round(fill_s, 1),
             "first_data_call_s": round(first - started, 2),
             "measured_seconds": round(ended - since, 1),
             "source_bytes_per_s": sum(a.bytes for a in measured) / (ended - since) if ended > since else 0.0,
             "source_bytes_per_s_from_first": sum(a.bytes for a in ours) / (ended - first) if ended > first else 0.0,
             "source_bytes": sum(a.bytes for a in ours),
             "source_data_calls": len(ours),
-            "rows_read": rows,
             "neighbour_limit": neighbour.limit,
             "neighbour_calls": neighbour.calls,
             "neighbour_refused": neighbour.refused,
-            "neighbour_refused_proxy": len(proxy.refusals(NEIGHBOUR_KEY)),
+            "neighbour_refused_proxy": their_refused["total"],
+            "neighbour_refused_by_reason": their_refused["by_reason"],
             "neighbour_errors": neighbour.errors,
             "neighbour_errors_at_s": [round(t - started, 2) for t in neighbour.error_times],
-            "server_failures": _failures(proxy, started),
+            "server_failures_get_records": sum(1 for c, _, _ in proxy.failures if c.operation == "GetRecords"),
             "neighbour_bytes_per_s": sum(a.bytes for a in theirs) / (ended - started),
-            "source_refused": len(ours_refused),
-            "source_refused_by_op": _refused_by_op(proxy, SOURCE_KEY),
-            "source_refused_per_minute": len(ours_refused) / ((ended - started) / 60),
-            "source_refused_at_s": [round(s.at - started, 2) for s in ours_refused],
+            "source_refused": ours_refused["total"],
+            "source_refused_by_reason": ours_refused["by_reason"],
+            "source_refused_by_op": ours_refused["by_operation"],
+            "source_refused_per_minute": ours_refused["total"] / ((ended - started) / 60),
+            "source_refused_at_s": [round(s.at - started, 2) for s in proxy.refusals(SOURCE_KEY, until=ended)],
             "neighbour_refused_at_s": [round(s.at - started, 2) for s in proxy.refusals(NEIGHBOUR_KEY)],
             "timeline": _timeline(proxy, shard, started, (SOURCE_KEY, NEIGHBOUR_KEY)),
         }
-    return out
 
 
 # -- 3. cap --------------------------------------------------------------------------------
@@ -407,34 +488,19 @@ def beside_neighbour(spark: Any, url: str, run_s: float, backlog_mib: float,
 
 def capped(spark: Any, url: str, run_s: float, backlog_mib: float) -> dict[str, Any]:
     """``maxReadRatePerShard=0.5MiB`` over one backlogged shard for ``run_s``."""
-    client, stream, keys = _stream(url, 1, "catchup-cap")
-    shard = keys[0][0]
-    backlog = _fill(client, stream, keys, _backlog_records(backlog_mib))[shard]
-    checkpoint = tempfile.mkdtemp(prefix="kddb-catchup-")
+    stream, shard, backlog, _ = _one_shard(url, "catchup-cap", backlog_mib, RECORD_BYTES)
     with MeteredProxy(url) as proxy:
-        started = time.monotonic()
-        query = _start(spark, _options(proxy, url, stream, maxReadRatePerShard=CAP), checkpoint,
-                       available_now=False)
-        try:
-            while time.monotonic() < started + run_s:
-                if not query.isActive:
-                    raise RuntimeError(f"the query stopped: {query.exception()}")
-                time.sleep(0.5)
-            ended = time.monotonic()
-            rows = _rows_read(query)
-        finally:
-            query.stop()
-            shutil.rmtree(checkpoint, ignore_errors=True)
+        started, ended, rows = _timed_run(spark, proxy, url, stream, run_s, {"maxReadRatePerShard": CAP})
         ours = [a for a in proxy.data_calls(SOURCE_KEY) if a.call.at <= ended]
         span = ours[-1].call.at - ours[0].call.at if len(ours) > 1 else 0.0
         after_first = sum(a.bytes for a in ours[1:])
         execs = [a for a in ours if a.call.client == "sync"]
         exec_span = execs[-1].call.at - execs[0].call.at if len(execs) > 1 else 0.0
-        out = {
+        refused = proxy.refusal_counts(SOURCE_KEY)
+        return {
+            **_run_figures(proxy, started, ended, backlog, rows),
             "cap": CAP,
             "cap_bytes_per_s": CAP_BYTES_PER_S,
-            "run_seconds": round(ended - started, 1),
-            "backlog_bytes": backlog,
             "bytes_read": sum(a.bytes for a in ours),
             "first_call_bytes": ours[0].bytes if ours else 0,
             "data_calls": len(ours),
@@ -442,39 +508,34 @@ def capped(spark: Any, url: str, run_s: float, backlog_mib: float) -> dict[str, 
             "bytes_per_s": after_first / span if span else 0.0,
             "executor_span_seconds": round(exec_span, 2),
             "executor_bytes_per_s": sum(a.bytes for a in execs[1:]) / exec_span if exec_span else 0.0,
-            "rows_read": rows,
-            "refused_source": len(proxy.refusals(SOURCE_KEY)),
-            "server_failures": _failures(proxy, started),
+            "refused_source": refused["total"],
+            "refused_by_reason": refused["by_reason"],
             "timeline": _timeline(proxy, shard, started),
         }
-    return out
 
 
 # -- the suite -----------------------------------------------------------------------------
 
 
 def _print_catch_up(r: dict[str, Any]) -> None:
-    w = min(r["per_shard"], key=lambda p: p["ratio"])
-    print(f"  catchup AvailableNow {r['shards']} shard(s) x {r['records_per_shard']:,} records "
-          f"({w['backlog_bytes'] / MIB:.1f} MiB each): worst shard window {w['window_s']:.2f} s, physical "
-          f"{w['physical_s']:.2f} s, ratio {r['ratio_worst']:.3f} (median {r['ratio_median']:.3f}); "
-          f"refused {r['refused_source']}; read {r['records_read']:,} of {r['records_written']:,}; "
-          f"query {r['query_seconds']:.1f} s", flush=True)
+    w = _worst_shard(r)
+    print(f"  catchup AvailableNow {r['shards']} shard(s), {w['backlog_bytes'] / MIB:.1f} MiB each: executors read "
+          f"{w['read_window_s']:.2f} s for {w['physical_s']:.2f} s physical = {r['read_ratio_worst']:.3f} (with the "
+          f"first answer's {w['first_executor_answer_s']:.2f} s: {w['ratio_with_first_answer']:.3f}; whole query "
+          f"{w['query_ratio']:.3f}); refused {r['refused_source']}; read {r['records_read']:,} of "
+          f"{r['records_written']:,}", flush=True)
 
 
 def _print_neighbour(r: dict[str, Any]) -> None:
-    print(f"  catchup beside a 1 MiB/s neighbour ({r['setting']}), {r['run_seconds']:.0f} s: source "
-          f"{r['source_bytes_per_s'] / MIB:.2f} MiB/s after its first {SKIP_S:.0f} s "
-          f"({r['source_bytes_per_s_from_first'] / MIB:.2f} from its first data call), refused "
-          f"{r['source_refused']} ({r['source_refused_per_minute']:.2f}/min); neighbour "
-          f"{r['neighbour_bytes_per_s'] / MIB:.2f} MiB/s, refused {r['neighbour_refused']} of "
-          f"{r['neighbour_calls']}", flush=True)
+    print(f"  catchup beside a 1 MiB/s neighbour ({r['setting']}): source {r['source_bytes_per_s'] / MIB:.2f} MiB/s, "
+          f"refused {r['source_refused']} ({_reasons(r['source_refused_by_reason'])}); neighbour refused "
+          f"{r['neighbour_refused']} of {r['neighbour_calls']} ({_reasons(r['neighbour_refused_by_reason'])}); "
+          f"server 5xx {len(r['server_failures'])}", flush=True)
 
 
 def _print_cap(r: dict[str, Any]) -> None:
-    print(f"  catchup maxReadRatePerShard={r['cap']}: {r['bytes_per_s'] / MIB:.3f} MiB/s over "
-          f"{r['span_seconds']:.1f} s ({r['data_calls']} data calls, first {r['first_call_bytes']:,} B); "
-          f"refused {r['refused_source']}", flush=True)
+    print(f"  catchup maxReadRatePerShard={r['cap']}: {r['bytes_per_s'] / MIB:.3f} MiB/s, refused "
+          f"{r['refused_source']}", flush=True)
 
 
 def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:

@@ -102,16 +102,21 @@ def _quota_targets(add: Any, quota: dict[str, Any] | None) -> None:
 
 
 def _catchup_targets(add: Any, c: dict[str, Any] | None) -> None:
-    """Issue 20's rows: catch-up at the physical limit (the worst shard of each run), never
-    throttled, every record read; the neighbour's and the source's refusals; the cap's rate."""
+    """Issue 20's rows: catch-up at the physical limit (the executors' read of the worst shard
+    of each run; beside it the ratio against the limit with the first answer's time), never
+    throttled, every record read; the neighbour's and the source's refusals (by reason); the
+    cap's rate."""
     if not c:
         return
     runs = c["catch_up"]
     counts = "/".join(f"{r['shards']:,}" for r in runs)
-    worst = min(r["ratio_worst"] for r in runs)
-    add(f"catch-up (AvailableNow), physical limit / read window, worst shard, {counts} shard(s)", ">= 0.95",
-        worst, ", ".join(f"{r['ratio_worst']:.2f} ({r['shards']:,} shard{'s' if r['shards'] > 1 else ''})"
-                         for r in runs), worst >= 0.95)
+    worst = min(r["read_ratio_worst"] for r in runs)
+    add(f"catch-up (AvailableNow), physical limit / executors' read window, worst shard, {counts} shard(s)",
+        ">= 0.95", worst, ", ".join(
+            f"{r['read_ratio_worst']:.2f} ({_shards(r['shards'])}{CPU_BOUND if r['shards'] >= 16 else ''}; "
+            f"{_worst_shard(r)['ratio_with_first_answer']:.2f} against the limit with the first answer's "
+            f"{_worst_shard(r)['first_executor_answer_s']:.1f} s)" for r in runs),
+        worst >= 0.95)
     refused = sum(r["refused_source"] for r in runs)
     missing = [r for r in runs if r["records_read"] != r["records_written"]]
     add("catch-up (AvailableNow): refused calls; records read / written", "= 0; all", refused,
@@ -120,15 +125,33 @@ def _catchup_targets(add: Any, c: dict[str, Any] | None) -> None:
     nb = c["neighbour"]
     theirs = sum(r["neighbour_refused"] for r in nb)
     add("neighbour (1 MiB/s) refused while the source catches up beside it", "= 0", theirs,
-        ", ".join(f"{r['neighbour_refused']} of {r['neighbour_calls']} ({r['setting']})" for r in nb), theirs == 0)
+        ", ".join(f"{r['neighbour_refused']} of {r['neighbour_calls']} ({_reasons(r['neighbour_refused_by_reason'])}; "
+                  f"{r['setting']})" for r in nb), theirs == 0)
     ours = max(r["source_refused_per_minute"] for r in nb)
     add("source refused beside the neighbour", "<= 1 per minute", ours,
         ", ".join(f"{r['source_refused']} in {r['run_seconds']:.0f} s = {r['source_refused_per_minute']:.1f}/min "
-                  f"({r['setting']})" for r in nb), ours <= 1.0)
+                  f"({_reasons(r['source_refused_by_reason'])}; {r['setting']})" for r in nb), ours <= 1.0)
     cap = c["cap"]
     rate = cap["bytes_per_s"] / 1048576
     add(f"maxReadRatePerShard={cap['cap']}: measured rate", "0.45-0.5 MiB/s", rate,
         f"{rate:.3f} MiB/s (executors alone {cap['executor_bytes_per_s'] / 1048576:.3f})", 0.45 <= rate <= 0.5)
+
+
+CPU_BOUND = ", CPU-bound here"
+
+
+def _worst_shard(r: dict[str, Any]) -> dict[str, Any]:
+    """A catch-up run's shard of the lowest ratio (physical limit / executors' read window)."""
+    return next(p for p in r["per_shard"] if p["shard"] == r["worst_shard"])
+
+
+def _shards(n: int) -> str:
+    return f"{n:,} shard{'s' if n > 1 else ''}"
+
+
+def _reasons(by_reason: dict[str, int]) -> str:
+    """Refusals by reason (bytes: the byte bucket empty; calls: 5 calls in the last second)."""
+    return ", ".join(f"{why} {n}" for why, n in sorted(by_reason.items())) or "none"
 
 
 def _tasks_targets(add: Any, tasks: dict[str, Any] | None) -> None:
@@ -490,38 +513,45 @@ def _catchup(res: dict[str, Any]) -> list[str]:
     out = ["", f"### 10. Catching up a backlog (quota-enforcing proxy in front of moto: 2 MiB/s and a 10 MiB "
            f"bucket per shard; {c['record_bytes']:,}-byte records)", "",
            "`Trigger.AvailableNow` from `TRIM_HORIZON` over a backlog in every shard, default options. Read "
-           "window: the source's first to last `GetRecords` with records on a shard (driver probes and "
-           "executor reads); physical limit: (backlog - 10 MiB) / 2 MiB/s. The executors' own window (their "
-           "first to last data call) and the time their bytes after their first call take at 2 MiB/s "
-           "are beside it.", "",
+           "window: the executors' first to last `GetRecords` with records on a shard (the target); physical "
+           "limit: (backlog - 10 MiB) / 2 MiB/s. First answer: the executors' first call's answer time at the "
+           "proxy, while the bucket sits full (its refill lost); the limit with it is physical + that time. "
+           "For information: the whole query's window (from the driver's first probe with records to the "
+           "last call), and the time the executors' bytes after their first call take at 2 MiB/s. Refusals "
+           "by reason: bytes (the bucket empty) or calls (5 in the last second).", "",
            "| shards | backlog per shard | read window (worst shard) | physical limit | ratio: worst (median) | "
-           "executors: window, at 2 MiB/s | first data call, first executor call (after start) | "
-           "refused | records written / read | query |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "first answer; limit with it; ratio | whole query: window, ratio | executors' bytes at 2 MiB/s | "
+           "first data call, first executor call (after start) | refused | records written / read | query |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in c["catch_up"]:
-        w = min(r["per_shard"], key=lambda p: p["ratio"])
+        w = _worst_shard(r)
         out.append(
-            f"| {r['shards']:,} | {w['backlog_bytes'] / mib:.1f} MiB | {w['window_s']:.2f} s | "
-            f"{w['physical_s']:.2f} s | "
-            f"{r['ratio_worst']:.2f} ({r['ratio_median']:.2f}) | {w['executor_window_s']:.2f} s, "
-            f"{w['executor_ideal_s']:.2f} s | {w['first_data_call_s']:.1f} s, {w['first_executor_call_s']:.1f} s | "
-            f"{r['refused_source']} | {r['records_written']:,} / {r['records_read']:,} | {r['query_seconds']:.1f} s |")
+            f"| {r['shards']:,}{' (CPU-bound)' if r['shards'] >= 16 else ''} | {w['backlog_bytes'] / mib:.1f} MiB | "
+            f"{w['read_window_s']:.2f} s | {w['physical_s']:.2f} s | "
+            f"{r['read_ratio_worst']:.2f} ({r['read_ratio_median']:.2f}) | {w['first_executor_answer_s']:.2f} s; "
+            f"{w['limit_with_first_answer_s']:.2f} s; {w['ratio_with_first_answer']:.2f} | "
+            f"{w['query_window_s']:.2f} s, {w['query_ratio']:.2f} | {w['executor_ideal_s']:.2f} s | "
+            f"{w['first_data_call_s']:.1f} s, {w['first_executor_call_s']:.1f} s | "
+            f"{r['refused_source']} ({_reasons(r['refused_by_reason'])}) | "
+            f"{r['records_written']:,} / {r['records_read']:,} | {r['query_seconds']:.1f} s |")
     nb = c["neighbour"]
     if nb:
         r0 = nb[0]
-        out += ["", f"Beside a neighbour: one shard ({r0['backlog_bytes'] / mib:.0f} MiB backlog, a producer adding "
-                f"{r0['produced_bytes_per_s'] / mib:.1f} MiB/s), another application reading it from "
-                f"`TRIM_HORIZON` once a second ({r0['neighbour_limit']:,} records a call, no retries) while "
+        out += ["", f"Beside a neighbour: one shard ({r0['backlog_bytes'] / mib:.0f} MiB backlog of "
+                f"{r0['record_bytes']:,}-byte records, nothing written during the run), another application reading "
+                f"it from `TRIM_HORIZON` once a second ({r0['neighbour_limit']:,} records a call, no retries) while "
                 "the query (default trigger) catches up; the source's rate from "
-                f"{c['skip_seconds']:.0f} s after its first data call to the end.", "",
+                f"{c['skip_seconds']:.0f} s after its first data call to the end. Refusals by reason as above; "
+                "server failures: moto's 5xx answers to any call.", "",
                 "| setting | run | source: MiB/s (from its first data call) | source refused | neighbour: "
-                "MiB/s | neighbour refused |", "|---|---|---|---|---|---|"]
+                "MiB/s | neighbour refused | server failures |", "|---|---|---|---|---|---|---|"]
         for r in nb:
             out.append(
                 f"| {r['setting']} | {r['run_seconds']:.0f} s | {r['source_bytes_per_s'] / mib:.2f} "
                 f"({r['source_bytes_per_s_from_first'] / mib:.2f}) | {r['source_refused']} "
-                f"({r['source_refused_per_minute']:.1f}/min) | {r['neighbour_bytes_per_s'] / mib:.2f} | "
-                f"{r['neighbour_refused']} of {r['neighbour_calls']} |")
+                f"({r['source_refused_per_minute']:.1f}/min; {_reasons(r['source_refused_by_reason'])}) | "
+                f"{r['neighbour_bytes_per_s'] / mib:.2f} | {r['neighbour_refused']} of {r['neighbour_calls']} "
+                f"({_reasons(r['neighbour_refused_by_reason'])}) | {len(r['server_failures'])} |")
     cap = c["cap"]
     out += ["", f"Cap: `maxReadRatePerShard={cap['cap']}`, one shard ({cap['backlog_bytes'] / mib:.0f} MiB backlog), "
             f"{cap['run_seconds']:.0f} s, default trigger: {cap['bytes_per_s'] / mib:.3f} MiB/s (bytes after the "
