@@ -216,9 +216,12 @@ class SubscribeRangeReader(RangeReaderBase):
         if event is None:
             return None
         behind = int(event.get("MillisBehindLatest") or 0)
+        # Kinesis puts a sequence number in every event of an open shard; a null one (which
+        # botocore's parser leaves out) is the shard's end, with or without ChildShards.
+        ended = bool(event.get("ChildShards")) or event.get("ContinuationSequenceNumber") is None
         return RawPage(
             event.get("Records") or [],
-            shard_ended=bool(event.get("ChildShards")),
+            shard_ended=ended,
             at_tip=behind == 0,
             behind_ms=behind,
         )

@@ -377,6 +377,13 @@ def test_closed_shard(efo_server, client, backing_client, make_stream, kinesis):
     rng = ShardRange(stream, shard, Position.after(puts[-3].seq), beyond)
     with pytest.raises(RangeIncompleteError, match="the shard ended"):
         _read(SubscribeRangeReader(client, arn, rng))
+    # The end is the null continuation, whatever else the last event holds (KCL and Flink read
+    # it so): without children and still "behind", the shard is not resubscribed forever.
+    efo_server.child_shards_on_end, efo_server.end_behind_ms = False, 1000
+    reader = SubscribeRangeReader(client, arn, rng)
+    with pytest.raises(RangeIncompleteError, match="the shard ended"):
+        _read(reader)
+    assert reader.subscriptions == 1
 
 
 # -- consumer lifecycle ------------------------------------------------------------------

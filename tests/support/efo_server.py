@@ -19,6 +19,8 @@ Knobs that make it behave like Kinesis does over a long run:
 - ``inject_error(code, after_events, times)``: send an exception event mid-subscription;
   ``drop_connection(after_events, times)``: cut the connection mid-subscription;
   ``stall(after_events, seconds, times)``: go silent mid-subscription, the connection open;
+- ``child_shards_on_end`` / ``end_behind_ms``: how a closed shard's last event looks (its
+  continuation is null in every case, and never null before);
 - ``in_use_window_s``: a second SubscribeToShard of one consumer and shard within that window of
   the previous successful one is refused with ``ResourceInUseException`` (Kinesis: 5 s); after
   it, the new subscription takes over and the old one gets a ``ResourceInUseException`` event.
@@ -215,6 +217,10 @@ class EfoServer:
         self.end_after_seconds: float = 300.0
         self.in_use_window_s = 0.0
         self.stall_s = 10.0
+        # The end of a shard as Kinesis may send it: a null continuation, ChildShards empty or
+        # left out, any MillisBehindLatest (a reader must not need more than the null).
+        self.child_shards_on_end = True
+        self.end_behind_ms = 0
         self.subscribe_calls: list[SubscribeCall] = []
         self.calls: dict[str, int] = {}
         self._errors: list[list[Any]] = []  # [code, after_events, times left]
@@ -390,7 +396,9 @@ class EfoServer:
     def _events(self, sub: _Subscription, stream: str, iterator: str, start: dict):
         """The messages of one subscription, as encoded frames (ends when it should)."""
         yield encode_event("initial-response", {})
-        continuation = start.get("SequenceNumber")
+        # Kinesis puts a sequence number in every event of an open shard (null only at its end):
+        # before any record, where the subscription started (or the shard's first number).
+        continuation = start.get("SequenceNumber") or self._first_sequence_number(stream, sub.shard_id)
         events = 0
         last_sent = 0.0
         while True:
@@ -426,8 +434,10 @@ class EfoServer:
                 "MillisBehindLatest": behind,
             }
             if iterator is None:  # the shard ended: say so, with its children, and stop
-                children = resp.get("ChildShards") or self._children(stream, sub.shard_id)
-                event["ChildShards"] = children
+                if self.child_shards_on_end:
+                    event["ChildShards"] = resp.get("ChildShards") or self._children(stream, sub.shard_id)
+                else:
+                    event["MillisBehindLatest"] = self.end_behind_ms
                 event["ContinuationSequenceNumber"] = None
                 yield encode_event("SubscribeToShardEvent", event)
                 return
@@ -438,6 +448,11 @@ class EfoServer:
                 yield encode_event("SubscribeToShardEvent", event)
             if not records and behind == 0:
                 time.sleep(self.poll_interval_s)
+
+    def _first_sequence_number(self, stream: str, shard_id: str) -> str:
+        shards = self._backing.list_shards(StreamName=stream)["Shards"]
+        found = next(s for s in shards if s["ShardId"] == shard_id)
+        return found["SequenceNumberRange"]["StartingSequenceNumber"]
 
     def _children(self, stream: str, shard_id: str) -> list[dict]:
         shards = self._backing.list_shards(StreamName=stream).get("Shards", [])
