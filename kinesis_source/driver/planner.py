@@ -40,9 +40,12 @@ __all__ = ["Planner", "Target", "plan_ranges"]
 
 log = logging.getLogger(__name__)
 
-# How long the driver waits for executors' reports on shards they read before probing them
-# itself (at least; twice maxIdleProbeIntervalMs if longer).
-REPORT_WAIT_S = 30.0
+# The longest the driver holds its probes of a shard that executors read and will report on.
+# The batch's end releases them (Spark asks for the next end only then; a report that has not
+# come will not), so this is a fallback only. Until then a probe would find nothing the report
+# does not bring, and would spend the call budget the read uses: after its second page a read
+# spaces its pages by the shard's whole budget.
+READ_HOLD_S = 3600.0
 # How long the first answer for newly tracked shards waits for their first probe.
 FIRST_PROBE_TIMEOUT_S = 60.0
 # How far an executor's reported call times may lie before its booking (clock skew).
@@ -390,7 +393,7 @@ class Planner:
         await self._client()
         address = await self._report_address()
         if address is not None and self._tips is not None:
-            until = time.monotonic() + max(REPORT_WAIT_S, 2 * self._opts.max_idle_probe_interval_ms / 1000)
+            until = time.monotonic() + READ_HOLD_S
             self._tips.reading([r.shard for r in ranges], until)
         if self._opts.consumer_mode == "efo":
             return {}, address  # subscriptions do not spend the polling budget

@@ -46,6 +46,9 @@ class RangePartition(InputPartition):
     page_interval_s: float = 0.0  # least time between two GetRecords of one shard (the budget)
     report_to: ReportAddress | None = None  # the driver's listener for what the reads saw past the ends
     max_rate: float | None = None  # maxReadRatePerShard
+    # pages after a read's second: the shard's whole GetRecords budget (the driver holds its
+    # probes of shards being read while executors report to it); None without reports
+    held_interval_s: float | None = None
 
     @staticmethod
     def of(
@@ -69,6 +72,7 @@ class RangePartition(InputPartition):
             opts.executor_page_interval_s,
             report_to,
             opts.max_read_rate_per_shard,
+            1.0 / opts.get_records_per_shard_per_second if report_to is not None else None,
         )
 
     @property

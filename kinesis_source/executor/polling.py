@@ -64,13 +64,16 @@ class RangeReader(RangeReaderBase):
         max_rate: float | None = None,
         attempts: int = 11,
         stream_arn: str | None = None,
+        held_interval_s: float | None = None,
     ) -> None:
         """``records``: how many records the range holds, when planning knows (then each call
         asks for what is left of them, not ``limit``: records past the end would be read again
         by the next batch, from the shard's shared 2 MiB/s). ``rate``: the shard's byte model
         as the driver handed it (None: a full bucket); ``max_rate``: ``maxReadRatePerShard``;
         ``attempts``: most tries of a throttled call (``maxRetries`` + 1); ``stream_arn``: the
-        stream's ARN when it was given by ARN (``GetRecords`` names it)."""
+        stream's ARN when it was given by ARN (``GetRecords`` names it); ``held_interval_s``:
+        the spacing of pages after the second while the driver holds its probes of the shard
+        (the read then has the shard's whole call budget; None: ``page_interval_s`` always)."""
         super().__init__(rng, fail_on_data_loss)
         self._client = client
         self._limit = limit
@@ -78,6 +81,7 @@ class RangeReader(RangeReaderBase):
         self._iterator: str | None = None
         self._opener = opener
         self._interval = page_interval_s
+        self._held_interval = held_interval_s
         self._last_call: float | None = None
         self._not_before = not_before
         self.calls = 0
@@ -136,6 +140,14 @@ class RangeReader(RangeReaderBase):
     def _throttled(self) -> int:
         return self.bytes.throttles
 
+    def _spacing(self) -> float:
+        """Least time before the next ``GetRecords``: the read's share of the shard's call budget
+        up to its second call (a driver probe may have come just before the first), then the
+        whole budget where the driver holds its probes of the shard while it is read."""
+        if self._held_interval is not None and len(self.call_times["GetRecords"]) >= 2:
+            return self._held_interval
+        return self._interval
+
     def _booked_wait(self) -> float:
         """Before the read's first call: how long until the time the driver booked it for (a
         clock skew between the hosts shifts it by at most ``MAX_BOOKED_WAIT_S``)."""
@@ -151,13 +163,13 @@ class RangeReader(RangeReaderBase):
         booked the first (a clock skew between the hosts shifts it by at most
         ``MAX_BOOKED_WAIT_S``); later pages keep this reader's share apart. Bytes: until the
         model holds what the call is worth; the ``Limit`` is what it holds."""
-        records, model = self._page_limit(), self.bytes
+        records, model, interval = self._page_limit(), self.bytes, self._spacing()
         if self._last_call is None:
             wait = self._booked_wait()
         else:
-            spacing = self._interval * (1 + PAGE_JITTER * random.random())
+            spacing = interval * (1 + PAGE_JITTER * random.random())
             wait = self._last_call + spacing - time.monotonic()
-        wait = max(wait, model.wait_s(model.want_bytes(records, self._interval), time.time()))
+        wait = max(wait, model.wait_s(model.want_bytes(records, interval), time.time()))
         if wait > 0:
             model.waited_s += wait
             time.sleep(wait)  # pacing to the shard's budgets, not waiting on a condition
