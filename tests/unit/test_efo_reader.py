@@ -111,3 +111,37 @@ def test_subscription_to_a_shard_gone_since_planning_is_data_loss_as_failOnDataL
         read(subs, rng)
     lenient = SubscribeRangeReader(subs, "arn:consumer", rng, fail_on_data_loss=False)
     assert list(lenient.pages()) == []
+
+
+def test_a_refused_start_falls_back_for_good_even_if_the_next_subscription_is_empty():
+    """Issue 22 item 4: the start position is refused (older than the retention) and, with
+    failOnDataLoss=false, the read goes on from TRIM_HORIZON; a subscription there that ends
+    before its first record is renewed at TRIM_HORIZON, not at the refused position."""
+    from botocore.exceptions import ClientError
+
+    recs = log_of(6)
+
+    class Refusing(FakeSubscriptions):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            self.empty_next = 1
+
+        def subscribe_to_shard(self, ConsumerARN, ShardId, StartingPosition):
+            if StartingPosition["Type"] != "TRIM_HORIZON":
+                self.starts.append(StartingPosition)
+                error = {"Error": {"Code": "InvalidArgumentException", "Message": "expired"}}
+                raise ClientError(error, "SubscribeToShard")
+            if self.empty_next:
+                self.empty_next -= 1
+                self.starts.append(StartingPosition)
+                return {"EventStream": _Stream([])}  # ended before any event
+            return super().subscribe_to_shard(ConsumerARN, ShardId, StartingPosition)
+
+    subs = Refusing(FakeKinesis({"a": FakeShard(recs)}), 10)
+    rng = ShardRange("s", "a", Position.after("1"), recs[-1][0])  # "1": long trimmed
+    reader = SubscribeRangeReader(
+        subs, "arn:consumer", rng, fail_on_data_loss=False, retry_wait_s=0, max_wait_s=0
+    )
+    got = [r["SequenceNumber"] for page in reader.pages() for r in page]
+    assert got == [s for s, _ in recs]
+    assert [s["Type"] for s in subs.starts] == ["AT_SEQUENCE_NUMBER", "TRIM_HORIZON", "TRIM_HORIZON"]
