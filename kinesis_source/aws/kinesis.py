@@ -177,6 +177,29 @@ def stream_must_exist(stream: str) -> Iterator[None]:
         raise
 
 
+KMS_ERRORS = {
+    "KMSAccessDeniedException": "these credentials may not use the stream's KMS key (kms:Decrypt)",
+    "KMSDisabledException": "the stream's KMS key is disabled",
+    "KMSNotFoundException": "the stream's KMS key was not found (deleted, or in another region)",
+    "KMSInvalidStateException": "the stream's KMS key is not usable in its state",
+    "KMSOptInRequired": "the account has not opted in to KMS",
+}
+
+
+def readable_error(exc: ClientError, stream: str, shard_id: str) -> KinesisSourceError | None:
+    """The error a read of a shard gets, worded for the user where AWS' code says more than its
+    message (the stream's KMS key), whether it came from a call or inside an event stream;
+    None for the others (they stay as they are)."""
+    why = KMS_ERRORS.get(error_code(exc) or "")
+    if why is None:
+        return None
+    return KinesisSourceError(
+        f"Cannot read shard {shard_id} of stream '{stream}': {why}. The stream is encrypted with "
+        f"a KMS key its readers need kms:Decrypt on (see docs/operations.md, Minimal IAM policy). "
+        f"AWS said: {exc}"
+    )
+
+
 def missing_shard_or_stream(client: Any, stream: str, shard_id: str, exc: ClientError) -> Exception:
     """What a ``ResourceNotFoundException`` from a call about one shard means: the shard is
     gone (:class:`ShardNotFoundError`) when the stream still exists, else the stream is missing

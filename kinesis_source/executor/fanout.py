@@ -38,6 +38,7 @@ from kinesis_source.aws.kinesis import (
     LIMIT_EXCEEDED,
     NOT_FOUND,
     missing_shard_or_stream,
+    readable_error,
 )
 from kinesis_source.errors import (
     KinesisSourceError,
@@ -144,23 +145,45 @@ class SubscribeRangeReader(RangeReaderBase):
         except ClientError as exc:
             if error_code(exc) != NOT_FOUND:
                 raise
-            if self._consumer_exists():
-                missing = missing_shard_or_stream(self._client, rng.stream, rng.shard_id, exc)
-                if isinstance(missing, ShardNotFoundError):
-                    raise missing from exc
-            raise KinesisSourceError(
-                f"Cannot subscribe to {rng.shard} with EFO consumer "
-                f"{self._consumer_arn}: the stream or the consumer was not found ({exc})"
-            ) from exc
+            raise self._not_found(exc) from exc
+
+    def _not_found(self, exc: ClientError) -> Exception:
+        """What a ``ResourceNotFoundException`` (from the call, or inside the event stream when
+        something is deleted mid-read) means: the shard gone (data loss, as
+        ``failOnDataLoss`` says), or the consumer or the stream deleted."""
+        rng = self._range
+        if self._consumer_exists():
+            missing = missing_shard_or_stream(self._client, rng.stream, rng.shard_id, exc)
+            if isinstance(missing, ShardNotFoundError):
+                return missing
+            return KinesisSourceError(
+                f"Cannot read {rng.shard} with EFO consumer {self._consumer_arn}: the stream "
+                f"was not found; check option 'streamName' (or 'streamARN'). AWS said: {exc}"
+            )
+        return KinesisSourceError(
+            f"Cannot read {rng.shard} with EFO consumer {self._consumer_arn}: the consumer was "
+            "not found (deregistered while the query ran: by `kinesis-ddb consumers deregister`, "
+            "another query's deregisterConsumer=true, or by hand). Restarting the query registers "
+            f"it again. AWS said: {exc}"
+        )
+
+    def _in_stream(self, exc: ClientError) -> Exception:
+        """An exception event: a recoverable one as it is (resubscribed), the others worded
+        like the same errors of a call."""
+        code = error_code(exc)
+        if code == NOT_FOUND:
+            return self._not_found(exc)
+        return readable_error(exc, self._range.stream, self._range.shard_id) or exc
 
     def _consumer_exists(self) -> bool:
+        """True while the consumer is there and not being deleted."""
         try:
-            self._client.describe_stream_consumer(ConsumerARN=self._consumer_arn)
+            resp = self._client.describe_stream_consumer(ConsumerARN=self._consumer_arn)
         except ClientError as exc:
             if error_code(exc) == NOT_FOUND:
                 return False
             raise
-        return True
+        return resp.get("ConsumerDescription", {}).get("ConsumerStatus") != "DELETING"
 
     def _close(self) -> None:
         stream, self._stream, self._events = self._stream, None, None
@@ -195,6 +218,9 @@ class SubscribeRangeReader(RangeReaderBase):
                     self._subscribe()
                 try:
                     message = next(self._events)  # type: ignore[arg-type]
+                except ClientError as exc:  # an exception event inside the stream
+                    self._close()
+                    raise self._in_stream(exc) from None
                 except StopIteration:
                     ended_early = not self._got_event
                     self._close()

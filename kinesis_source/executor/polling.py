@@ -32,6 +32,7 @@ from kinesis_source.aws.kinesis import (
     is_expired,
     is_throttled,
     missing_shard_or_stream,
+    readable_error,
     throttle_retry,
 )
 from kinesis_source.executor.cursor import RangeReaderBase, RawPage
@@ -189,6 +190,9 @@ class RangeReader(RangeReaderBase):
                     if is_throttled(exc):
                         log.info("GetRecords on %s throttled: another application reads the shard too", self._range)
                         self.bytes.refused(time.time())
+                    readable = readable_error(exc, self._range.stream, self._range.shard_id)
+                    if readable is not None:
+                        raise readable from None
                     raise
         page = Page.from_api(resp)
         self.bytes.spend(page_bytes(page.records), len(page.records), time.time())

@@ -284,6 +284,35 @@ def test_a_silent_subscription_is_renewed_after_the_subscribe_timeout(efo_server
     assert silent_for <= took < 25.0  # renewed after the timeout, not after the stall ended
 
 
+def test_a_consumer_deregistered_mid_read_is_named(efo_server, client, backing_client, filled):
+    """Issue 22 item 5: the in-stream ResourceNotFoundException Kinesis sends when the consumer
+    goes away reaches the user as a clear error, not a raw botocore EventStreamError."""
+    from kinesis_source.errors import KinesisSourceError
+
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    rng = _all_ranges(backing_client, stream, by_shard)[0]
+    efo_server.page_limit = 2  # many events, so the subscription is still going
+    pages = SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01).pages()
+    next(pages)
+    client.deregister_stream_consumer(ConsumerARN=arn)
+    with pytest.raises(KinesisSourceError, match="the consumer was not found") as err:
+        list(pages)
+    assert arn in str(err.value) and "deregistered while the query ran" in str(err.value)
+
+
+def test_kms_errors_inside_the_stream_name_the_permission(efo_server, client, backing_client, filled):
+    from kinesis_source.errors import KinesisSourceError
+
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    rng = _all_ranges(backing_client, stream, by_shard)[0]
+    efo_server.inject_error("KMSAccessDeniedException", after_events=1, times=1)
+    with pytest.raises(KinesisSourceError, match="kms:Decrypt") as err:
+        _read(SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01))
+    assert rng.shard_id in str(err.value) and stream in str(err.value)
+
+
 def test_resource_in_use_while_a_subscription_lingers(efo_server, client, backing_client, filled):
     stream, by_shard = filled
     arn = _consumer(client, stream)

@@ -56,6 +56,23 @@ def test_retries_are_logged_at_debug_level(endpoint, kinesis, make_stream, caplo
     assert len(retried) == proxy.injected(THROTTLED) > 0
 
 
+@pytest.mark.backends("moto")
+def test_a_refused_kms_key_names_the_permission(endpoint, kinesis, make_stream):
+    """Issue 22 item 5, polling side: KMS errors say what to check, naming stream and shard."""
+    from kinesis_source.errors import KinesisSourceError
+
+    stream = make_stream(1)
+    sent = Producer(kinesis, stream).put(5)
+    with FaultProxy(endpoint.url) as proxy:
+        proxy.fail({"GetRecords"}, 1.0, status=400, code="KMSAccessDeniedException")
+        client = AwsSettings(region="us-east-1", endpoint_url=proxy.url, max_retries=0).boto3_client("kinesis")
+        rng = ShardRange(stream, sent[0].shard_id, Position.trim_horizon(), sent[-1].seq)
+        with pytest.raises(KinesisSourceError) as err:
+            list(RangeReader(client, rng, limit=5).pages())
+    message = str(err.value)
+    assert "kms:Decrypt" in message and stream in message and sent[0].shard_id in message
+
+
 def test_trimmed_position_fails_or_goes_on_as_configured(
     spark, kinesis, kinesis_backend, ddb, make_stream, source_options, tmp_path
 ):

@@ -411,6 +411,10 @@ class EfoServer:
                 return
             if time.monotonic() - sub.started >= self.end_after_seconds:
                 return
+            gone = self._consumer_gone(sub.consumer_arn)
+            if gone is not None:  # deregistered while subscribed: Kinesis says so in the stream
+                yield encode_exception("ResourceNotFoundException", gone)
+                return
             if self.end_after_events is not None and events >= self.end_after_events:
                 return
             code = self._take_error(events)
@@ -448,6 +452,16 @@ class EfoServer:
                 yield encode_event("SubscribeToShardEvent", event)
             if not records and behind == 0:
                 time.sleep(self.poll_interval_s)
+
+    def _consumer_gone(self, arn: str) -> str | None:
+        """Why a subscription of consumer ``arn`` cannot go on (it is being deleted), or None."""
+        if not self.serve_consumers:
+            return None
+        with self._lock:
+            consumer = self._consumers.get(arn)
+        if consumer is None or consumer.status(time.time()) != "ACTIVE":
+            return f"Consumer {arn} not found"
+        return None
 
     def _first_sequence_number(self, stream: str, shard_id: str) -> str:
         shards = self._backing.list_shards(StreamName=stream)["Shards"]

@@ -82,9 +82,9 @@ class FaultProxy:
         """Answer ``fraction`` of the calls to ``ops`` with a throttling error (HTTP 400)."""
         self._rules.append((set(ops), fraction, 400, THROTTLED))
 
-    def fail(self, ops: set[str], fraction: float, status: int = 500) -> None:
-        """Answer ``fraction`` of the calls to ``ops`` with a server error."""
-        self._rules.append((set(ops), fraction, status, "InternalFailure"))
+    def fail(self, ops: set[str], fraction: float, status: int = 500, code: str = "InternalFailure") -> None:
+        """Answer ``fraction`` of the calls to ``ops`` with an error (a server error by default)."""
+        self._rules.append((set(ops), fraction, status, code))
 
     def clear(self) -> None:
         """Forget every rule."""
