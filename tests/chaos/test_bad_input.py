@@ -23,6 +23,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.backends("moto")]
 # range, bad format); "" and "  " are added for every option below.
 BAD_VALUES: dict[str, list[str]] = {
     "streamName": ["bad name!", "s" * 129, "a,a", "a,,b"],
+    "streamARN": ["orders", "arn:aws:sqs:us-east-1:123456789012:queue", "arn:aws:kinesis:us-east-1:12:stream/x",
+                  "arn:aws:kinesis:us-east-1:123456789012:stream/a,arn:aws:kinesis:eu-west-1:123456789012:stream/b",
+                  "arn:aws:kinesis:us-east-1:123456789012:stream/a,arn:aws:kinesis:us-east-1:210987654321:stream/a"],
     "region": [],
     "endpointUrl": ["localhost:4566", "ftp://127.0.0.1", "http://"],
     "initialPosition": ["EARLIEST", "AT_TIMESTAMP:yesterday", "{not json", "[]", "{}",
@@ -34,6 +37,7 @@ BAD_VALUES: dict[str, list[str]] = {
     "maxIdleProbeIntervalMs": ["abc", "-1", "2.5"],
     "getRecordsPerShardPerSecond": ["abc", "0", "-1", "5.5", "nan"],
     "getShardIteratorPerShardPerSecond": ["abc", "0", "6", "inf"],
+    "maxReadRatePerShard": ["abc", "0", "-1", "3MiB", "1GB", "2 parsecs", "0.5 MiB per day"],
     "tipReports": ["maybe"],
     "tipReportHost": ["http://10.0.0.5", "10.0.0.5:7077", " "],
     "shardDiscoveryIntervalMs": ["abc", "-5", "0.5"],
@@ -60,6 +64,7 @@ BAD_VALUES: dict[str, list[str]] = {
     "consumerMode": ["fanout", "efo2"],
     "consumerName": ["bad/name", "c" * 129],
     "consumerTimeoutMs": ["abc", "999", "-1"],
+    "subscribeTimeoutMs": ["abc", "4999", "-1", "1.5"],
     "deregisterConsumer": ["yes", "2"],
 }
 # options that only mean something next to another one: give the partner so the value itself is
@@ -73,8 +78,11 @@ PARTNERS = {
     "stsEndpointUrl": {"roleArn": "arn:aws:iam::123456789012:role/r"},
     "consumerName": {"consumerMode": "efo"},
     "consumerTimeoutMs": {"consumerMode": "efo"},
+    "subscribeTimeoutMs": {"consumerMode": "efo"},
     "deregisterConsumer": {"consumerMode": "efo"},
 }
+# options that stand in for another: the other is left out so the value itself is judged
+INSTEAD_OF = {"streamARN": "streamName"}
 SECRET_OPTIONS = {"awsSecretKey", "awsSessionToken", "roleExternalId"}
 COMBINATIONS = [
     ({"awsAccessKeyId": "k"}, ["awsAccessKeyId", "awsSecretKey"]),
@@ -86,6 +94,9 @@ COMBINATIONS = [
     ({"credentialsProvider": "m:f", "profile": "p"}, ["credentialsProvider", "profile"]),
     ({"streamNmae": "x"}, ["streamNmae", "streamName"]),  # a misspelt option: did you mean
     ({"noSuchOption": "x"}, ["noSuchOption"]),
+    ({"streamARN": "arn:aws:kinesis:us-east-1:123456789012:stream/a"}, ["streamName", "streamARN"]),
+    ({"streamName": None, "streamARN": "arn:aws:kinesis:eu-west-1:123456789012:stream/a", "region": "us-east-1"},
+     ["region", "streamARN"]),  # None: the base's option left out
 ]
 
 
@@ -131,10 +142,12 @@ def bad_cases(source_options):
     """(options, names the message must hold, value it must show or None, secret?)"""
     for key, values in BAD_VALUES.items():
         for value in ["", "   ", *values]:
-            options = {**base_options(source_options), **PARTNERS.get(key, {}), key: value}
+            base = {k: v for k, v in base_options(source_options).items() if k != INSTEAD_OF.get(key)}
+            options = {**base, **PARTNERS.get(key, {}), key: value}
             yield options, [key], (value if value.strip() else None), key in SECRET_OPTIONS
     for options, names in COMBINATIONS:
-        yield {**base_options(source_options), **options}, names, None, False
+        merged = {**base_options(source_options), **options}
+        yield {k: v for k, v in merged.items() if v is not None}, names, None, False
     for required in ("streamName", "applicationName"):
         yield {k: v for k, v in base_options(source_options).items() if k != required}, [required], None, False
 
