@@ -72,10 +72,30 @@ def _register(client: Any, arn: str, stream_name: str, consumer_name: str) -> No
         if code == LIMIT_EXCEEDED:
             raise ConsumerError(
                 f"Cannot register EFO consumer '{consumer_name}' on Kinesis stream "
-                f"'{stream_name}': {exc}. A stream has at most 20 consumers (see "
-                "ListStreamConsumers); deregister unused ones or reuse one by name."
+                f"'{stream_name}': {_which_limit(client, arn)} AWS said: {exc}"
             ) from exc
         raise
+
+
+# Kinesis registers at most this many consumers of a stream at once (CREATING).
+MAX_CREATING = 5
+
+
+def _which_limit(client: Any, arn: str) -> str:
+    """Which of Kinesis' limits a ``LimitExceededException`` from ``RegisterStreamConsumer``
+    met (botocore has already retried it as throttling, so it is not the call rate)."""
+    try:
+        consumers = client.list_stream_consumers(StreamARN=arn).get("Consumers", [])
+    except ClientError:
+        consumers = None
+    if consumers is not None and sum(c.get("ConsumerStatus") == "CREATING" for c in consumers) >= MAX_CREATING:
+        return (f"{MAX_CREATING} consumers of the stream are being registered at once, the most "
+                "Kinesis allows: start again once they are ACTIVE.")
+    names = ", ".join(sorted(c.get("ConsumerName", "?") for c in consumers or []))
+    held = f"the stream has {len(consumers)} consumers ({names}); " if consumers is not None else ""
+    return (f"{held}a stream has at most 20 consumers (50 on On-demand Advantage streams): "
+            "deregister unused ones (`kinesis-ddb consumers deregister`) or reuse one with "
+            "consumerName.")
 
 
 def _poll(timeout_s: float, poll_s: float) -> dict[str, Any]:

@@ -461,8 +461,18 @@ def test_consumer_errors_name_stream_and_consumer(efo_server, client, make_strea
     stream = make_stream(1)
     efo_server.consumer_limit = 1
     ensure_consumer(client, stream, "first", timeout_s=10, poll_s=0.05)
-    with pytest.raises(ConsumerError, match=f"'second'.*'{stream}'.*at most 20"):
+    with pytest.raises(ConsumerError, match=f"'second'.*'{stream}'.*has 1 consumers \\(first\\).*at most 20"):
         ensure_consumer(client, stream, "second", timeout_s=10, poll_s=0.05)
+    # several registering at once is another limit, said as such
+    efo_server.consumer_limit, efo_server.activation_delay_s = 6, 60
+    for n in range(4):
+        client.register_stream_consumer(StreamARN=stream_arn(client, stream), ConsumerName=f"busy{n}")
+    efo_server.consumer_limit = 6  # first + 4 CREATING + the next: over
+    client.register_stream_consumer(StreamARN=stream_arn(client, stream), ConsumerName="busy4")
+    with pytest.raises(ConsumerError, match="5 consumers of the stream are being registered at once"):
+        ensure_consumer(client, stream, "third", timeout_s=10, poll_s=0.05)
+    for n in range(5):
+        client.deregister_stream_consumer(StreamARN=stream_arn(client, stream), ConsumerName=f"busy{n}")
     efo_server.consumer_limit = 20
     efo_server.activation_delay_s = 60
     with pytest.raises(ConsumerError, match="CREATING, not ACTIVE"):
