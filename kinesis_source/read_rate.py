@@ -62,7 +62,7 @@ CAP_BURST_S = 2.0
 
 def page_bytes(records: list[dict]) -> int:
     """What a page costs the shard's byte budget: its records' data and partition keys."""
-    return sum(len(r["Data"]) + len(r.get("PartitionKey", "")) for r in records)
+    return sum(len(r["Data"]) + len((r.get("PartitionKey") or "").encode()) for r in records)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import pytest
 
 from kinesis_source.read_rate import CAP_BURST_S
 from tests.support.quota import QuotaProxy, as_users_run
-from tests.support.spark_query import Collector, start_triggered, stop_quietly
+from tests.support.spark_query import Collector, read_available_now
 
 pytestmark = pytest.mark.spark
 
@@ -34,14 +34,7 @@ def fill(kinesis, stream: str, records: int) -> tuple[str, list[str]]:
 
 
 def catch_up(spark, quota, options, checkpoint) -> Collector:
-    sink = Collector()
-    query = start_triggered(spark, {**options, "endpointUrl": quota.url}, checkpoint, sink, availableNow=True)
-    try:
-        assert query.awaitTermination(300), "Trigger.AvailableNow did not stop by itself"
-        assert query.exception() is None
-    finally:
-        stop_quietly(query)
-    return sink
+    return read_available_now(spark, {**options, "endpointUrl": quota.url}, checkpoint, timeout_s=300)
 
 
 def data_calls(quota: QuotaProxy) -> list:

@@ -7,7 +7,7 @@ import pytest
 
 from tests.support.producer import Producer
 from tests.support.proxy import FaultProxy
-from tests.support.spark_query import Collector, running, start_triggered, stop_quietly
+from tests.support.spark_query import read_available_now, running
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -70,13 +70,7 @@ def test_available_now_reads_a_sparse_shard_to_its_newest_record(
         proxy.gap(stream, sparse, GAP)
         options = {**source_options, "streamName": stream, "endpointUrl": proxy.url,
                    "initialPosition": "TRIM_HORIZON"}
-        sink = Collector()
-        query = start_triggered(spark, options, tmp_path / "ck", sink, availableNow=True)
-        try:
-            assert query.awaitTermination(240), "Trigger.AvailableNow did not stop by itself"
-            assert query.exception() is None
-        finally:
-            stop_quietly(query)
+        sink = read_available_now(spark, options, tmp_path / "ck")
     got = sorted((r.shard_id, r.seq) for r in sink.rows())
     assert got == sorted((p.shard_id, p.seq) for p in sent)
     assert any(r.shard_id == sparse for r in sink.rows())

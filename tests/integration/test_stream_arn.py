@@ -12,7 +12,7 @@ import pytest
 from tests.support.cli import cli
 from tests.support.producer import Producer
 from tests.support.proxy import FaultProxy, Seen
-from tests.support.spark_query import Collector, start_triggered, stop_quietly
+from tests.support.spark_query import read_available_now
 
 pytestmark = pytest.mark.spark
 
@@ -45,15 +45,9 @@ def test_a_stream_given_by_arn_is_read_and_named_by_arn_in_every_call(
     producer.put(300, burst=100)
     options = {k: v for k, v in source_options.items() if k != "region"}
     options.update(streamARN=arn, initialPosition="TRIM_HORIZON")
-    sink = Collector()
     with Addressing(kinesis_backend) as proxy:
         options["endpointUrl"] = proxy.url
-        query = start_triggered(spark, options, tmp_path / "ck", sink, availableNow=True)
-        try:
-            assert query.awaitTermination(240), "Trigger.AvailableNow did not stop by itself"
-            assert query.exception() is None
-        finally:
-            stop_quietly(query)
+        sink = read_available_now(spark, options, tmp_path / "ck")
         # the status command, told the stream's ARN, names it the same way
         before = len(proxy.named)
         status = json.loads(cli(

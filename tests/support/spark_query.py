@@ -96,6 +96,19 @@ def start_triggered(
     )
 
 
+def read_available_now(spark: Any, options: dict[str, str], checkpoint: Path, timeout_s: float = 240) -> Collector:
+    """Run a ``Trigger.AvailableNow`` query to its end (it must stop by itself, without an
+    error, within ``timeout_s``) and return what its sink got."""
+    sink = Collector()
+    query = start_triggered(spark, options, checkpoint, sink, availableNow=True)
+    try:
+        assert query.awaitTermination(timeout_s), "Trigger.AvailableNow did not stop by itself"
+        assert query.exception() is None
+    finally:
+        stop_quietly(query)
+    return sink
+
+
 def offsets_logged(checkpoint: Path) -> set[int]:
     """Batch ids present in the checkpoint's offset log."""
     return {int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*")}
