@@ -12,8 +12,8 @@ the shard's record size, as seen so far), and waits exactly as long as the model
 next page instead of a jittered exponential guess. The model knows this source's own reads; what
 other applications read it learns from throttles: a refusal while the model had ``b`` bytes says
 others took at least ``b`` since the model was last known right, so their estimated rate grows
-by that much per second (and a quarter more; by at most a quarter of the shard on the first
-refusal, which refutes a bucket only assumed full); the model keeps that
+by that much per second (and a quarter more; by at most half the shard, an equal share, on the
+first refusal, which refutes a bucket only assumed full); the model keeps that
 rate free, plus a second of it, so that their next call finds the bucket non-empty; and a
 refused call is retried when the model, set to empty, has refilled. The estimate fades
 (half-life ``OTHERS_HALF_LIFE_S``), so bandwidth that others stop using comes back, at the cost
@@ -45,8 +45,10 @@ MARGIN_BYTES = 64 * 1024
 RESERVE_S = 1.0
 OTHERS_HALF_LIFE_S = 300.0
 # The first refusal raises others' estimate by at most this share of the shard: it refutes a
-# model nobody verified yet (a bucket assumed full), which says little about a rate.
-LEARN_STEP_SHARE = 0.25
+# model nobody verified yet (a bucket assumed full), which says little about a rate, but that
+# someone else reads: until more refusals say otherwise, an equal share is assumed. (A quarter
+# took two refusals to learn a 1 MiB/s neighbour, which was refused meanwhile.)
+LEARN_STEP_SHARE = 0.5
 # Between two refusals the model's error is others' unseen reads: their estimate grows by that
 # rate and this much more, so that it ends above their rate (the bucket then fills, and nobody
 # is refused) rather than just below it (a refusal every time the difference adds up).

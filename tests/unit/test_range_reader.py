@@ -267,7 +267,7 @@ def test_a_throttled_call_is_tried_again_when_the_byte_model_says(monkeypatch):
     # refused, then one record (its size unknown, planned as the largest a record can be), then
     # the rest at the size seen
     assert fake.limits[1:] == [1, 10000]
-    # the refusal set the model to empty and taught it that others read a quarter of the shard
+    # the refusal set the model to empty and taught it that others read half the shard
     # (the most one refusal teaches): the retry waited for a record's worth (its size still
     # unknown: the largest a record can be) and a second of theirs to refill at what they leave,
     # not for a backoff guess

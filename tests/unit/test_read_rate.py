@@ -103,7 +103,7 @@ def test_a_refusal_teaches_what_others_read_and_keeps_it_free():
     state = model.state(2.0)
     assert state.level == 0.0
     assert state.others == pytest.approx(LEARN_OVERSHOOT * (MIB - MARGIN_BYTES) / 2.0)
-    # a model nobody verified (a bucket assumed full) learns at most a quarter of the shard
+    # a model nobody verified (a bucket assumed full) learns at most an equal share: half the shard
     fresh = ShardBytes(None, RateState(SHARD_BURST_BYTES, 0.0, record_bytes=1000.0), 0.0)
     fresh.refused(0.5)
     assert fresh.state(0.5).others == pytest.approx(SHARD_BYTES_PER_S * LEARN_STEP_SHARE)
