@@ -12,8 +12,8 @@ the shard's record size, as seen so far), and waits exactly as long as the model
 next page instead of a jittered exponential guess. The model knows this source's own reads; what
 other applications read it learns from throttles: a refusal while the model had ``b`` bytes says
 others took at least ``b`` since the model was last known right, so their estimated rate grows
-by that much per second (and a quarter more; by at most half the shard, an equal share, on the
-first refusal, which refutes a bucket only assumed full); the model keeps that
+by that much per second (and a quarter more; the first refusal, which refutes a bucket only
+assumed full, sets it to an equal share, half the shard); the model keeps that
 rate free, plus a second of it, so that their next call finds the bucket non-empty; and a
 refused call is retried when the model, set to empty, has refilled. The estimate fades
 (half-life ``OTHERS_HALF_LIFE_S``), so bandwidth that others stop using comes back, at the cost
@@ -44,10 +44,11 @@ MARGIN_BYTES = 64 * 1024
 # non-empty even when it comes just after ours.
 RESERVE_S = 1.0
 OTHERS_HALF_LIFE_S = 300.0
-# The first refusal raises others' estimate by at most this share of the shard: it refutes a
-# model nobody verified yet (a bucket assumed full), which says little about a rate, but that
-# someone else reads: until more refusals say otherwise, an equal share is assumed. (A quarter
-# took two refusals to learn a 1 MiB/s neighbour, which was refused meanwhile.)
+# The first refusal sets others' estimate to at least this share of the shard: it refutes a
+# model nobody verified yet (a bucket assumed full), which says nothing about a rate, only that
+# someone else reads: until more refusals say otherwise, an equal share is assumed. (Learning
+# it from the model's error instead took several refusals, and mistook this reader's own
+# overdraft for others' reads: 1.78 MiB/s learnt of a 1 MiB/s neighbour in one benchmark run.)
 LEARN_STEP_SHARE = 0.5
 # Between two refusals the model's error is others' unseen reads: their estimate grows by that
 # rate and this much more, so that it ends above their rate (the bucket then fills, and nobody
@@ -123,6 +124,7 @@ class ShardBytes:
         self._cap_level = self._cap_depth() if state.cap_level is None else state.cap_level
         self.throttles = 0
         self.waited_s = 0.0
+        self._last_take = 0  # the bytes of this model's last page (a refusal may owe them)
 
     # -- the model -----------------------------------------------------------------------
 
@@ -175,19 +177,25 @@ class ShardBytes:
         self._cap_level -= nbytes
         if records:
             self.record_bytes = nbytes / records
+            self._last_take = nbytes
 
     def refused(self, now: float) -> None:
         """A call was refused for throughput: the bucket is empty. The bytes the model still
         had were read by others since it was last known right: learn their rate from them."""
         self._refill(now)
-        unexplained = max(0.0, self._level - MARGIN_BYTES)
-        span = max(MIN_LEARN_SPAN_S, now - self._since)
         if self._learned_at is None:
-            step = min(SHARD_BYTES_PER_S * LEARN_STEP_SHARE, unexplained / span)
+            # The model was never verified (a bucket assumed full), so what it still had is no
+            # rate; but someone else reads: an equal share is assumed until refusals say more.
+            others = max(self._others, SHARD_BYTES_PER_S * LEARN_STEP_SHARE)
         else:
-            step = LEARN_OVERSHOOT * unexplained / span
-        self._others = min(SHARD_BYTES_PER_S * (1 - MIN_SHARE), self._others + step)
-        self._level = min(self._level, 0.0)
+            unexplained = max(0.0, self._level - MARGIN_BYTES)
+            span = max(MIN_LEARN_SPAN_S, now - self._since)
+            others = self._others + LEARN_OVERSHOOT * unexplained / span
+        self._others = min(SHARD_BYTES_PER_S * (1 - MIN_SHARE), others)
+        # Empty, and maybe overdrawn by this reader's last page: what it is short of is a debt,
+        # not others' rate, and the next call waits it out instead of being refused again.
+        self._level = min(self._level, 0.0) - self._last_take
+        self._last_take = 0
         self._learned_at = self._since = now
         self.throttles += 1
 

@@ -142,3 +142,15 @@ def test_a_state_from_a_clock_ahead_is_taken_as_of_now():
     model = ShardBytes(None, RateState(0.0, 100.0, record_bytes=1000.0), 50.0)
     assert model.state(50.0).at == 50.0
     assert model.available(51.0) == pytest.approx(SHARD_BYTES_PER_S - MARGIN_BYTES)
+
+
+def test_a_refusal_after_a_page_counts_the_page_as_a_possible_overdraft():
+    """The bucket is empty, maybe overdrawn by this reader's last page: the next call waits
+    that debt out too (and a verified refusal then learns others' rate, not this debt)."""
+    model = ShardBytes(None, RateState(3 * MIB, 0.0, record_bytes=1000.0), 0.0)
+    model.spend(2 * MIB, 2000, 0.0)
+    model.refused(0.5)
+    others = SHARD_BYTES_PER_S * LEARN_STEP_SHARE  # the first refusal: an equal share
+    assert model.state(0.5).level == pytest.approx(-2 * MIB)
+    expected = (2 * MIB + MIB + MARGIN_BYTES + others) / (SHARD_BYTES_PER_S - others)
+    assert model.wait_s(MIB, 0.5) == pytest.approx(expected)
