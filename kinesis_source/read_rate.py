@@ -17,7 +17,8 @@ assumed full, sets it to an equal share, half the shard); the model keeps that
 rate free, plus a second of it, so that their next call finds the bucket non-empty; and a
 refused call is retried when the model, set to empty, has refilled. The estimate fades
 (half-life ``OTHERS_HALF_LIFE_S``), so bandwidth that others stop using comes back, at the cost
-of a throttle now and then while they do not.
+of a throttle now and then while they do not; such a refusal puts it back no lower than the last
+refusal set it, since the fading was what was wrong.
 
 An optional cap (``maxReadRatePerShard``) is a second bucket, of this source's reads alone:
 two seconds deep, refilled at the cap.
@@ -78,12 +79,13 @@ class RateState:
     learned_at: float | None = None  # when a refusal last showed the bucket empty (epoch s; None: never)
     record_bytes: float | None = None  # the shard's records' mean size, as last read
     cap_level: float | None = None  # bytes left in the cap's bucket at ``at`` (None: full)
+    taught: float = 0.0  # others' estimate as the last refusal set it, before it faded
 
     def to_json(self) -> dict[str, Any]:
         """The state's JSON object (tip reports carry it)."""
         return {"level": self.level, "at": self.at, "others": self.others,
                 "learnedAt": self.learned_at, "recordBytes": self.record_bytes,
-                "capLevel": self.cap_level}
+                "capLevel": self.cap_level, "taught": self.taught}
 
     @staticmethod
     def from_json(data: Any) -> RateState:
@@ -91,18 +93,20 @@ class RateState:
         if not isinstance(data, dict):
             raise ValueError("a read-rate state is not an object")
         out: dict[str, float | None] = {}
-        for key in ("level", "at", "others", "learnedAt", "recordBytes", "capLevel"):
+        for key in ("level", "at", "others", "learnedAt", "recordBytes", "capLevel", "taught"):
             value = data.get(key)
             if value is None and key not in ("level", "at"):
-                out[key] = None if key != "others" else 0.0
+                out[key] = 0.0 if key in ("others", "taught") else None
                 continue
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 raise ValueError(f"{key} {value!r} is not a number")
             out[key] = float(value)
-        if (out["others"] or 0.0) < 0 or (out["recordBytes"] is not None and out["recordBytes"] <= 0):
-            raise ValueError("others and recordBytes must be positive")
+        if (out["others"] or 0.0) < 0 or (out["taught"] or 0.0) < 0 or (
+            out["recordBytes"] is not None and out["recordBytes"] <= 0
+        ):
+            raise ValueError("others, taught and recordBytes must be positive")
         return RateState(out["level"], out["at"], out["others"] or 0.0,  # type: ignore[arg-type]
-                         out["learnedAt"], out["recordBytes"], out["capLevel"])
+                         out["learnedAt"], out["recordBytes"], out["capLevel"], out["taught"] or 0.0)
 
 
 class ShardBytes:
@@ -125,6 +129,7 @@ class ShardBytes:
         self.throttles = 0
         self.waited_s = 0.0
         self._last_take = 0  # the bytes of this model's last page (a refusal may owe them)
+        self._taught = state.taught  # others' estimate as the last refusal set it (before fading)
 
     # -- the model -----------------------------------------------------------------------
 
@@ -190,8 +195,9 @@ class ShardBytes:
         else:
             unexplained = max(0.0, self._level - MARGIN_BYTES)
             span = max(MIN_LEARN_SPAN_S, now - self._since)
-            others = self._others + LEARN_OVERSHOOT * unexplained / span
-        self._others = min(SHARD_BYTES_PER_S * (1 - MIN_SHARE), others)
+            # not below what the last refusal taught: the fading since then was what was wrong
+            others = max(self._others + LEARN_OVERSHOOT * unexplained / span, self._taught)
+        self._others = self._taught = min(SHARD_BYTES_PER_S * (1 - MIN_SHARE), others)
         # Empty, and maybe overdrawn by this reader's last page: what it is short of is a debt,
         # not others' rate, and the next call waits it out instead of being refused again.
         self._level = min(self._level, 0.0) - self._last_take
@@ -225,7 +231,8 @@ class ShardBytes:
         """Where the model stands now, to hand on."""
         self._refill(now)
         cap_level = None if self.cap is None or self._cap_level >= self._cap_depth() else self._cap_level
-        return RateState(self._level, self._at, self._others, self._learned_at, self.record_bytes, cap_level)
+        return RateState(self._level, self._at, self._others, self._learned_at, self.record_bytes, cap_level,
+                         self._taught)
 
 
 def rebased(state: RateState, wall_now: float) -> RateState:

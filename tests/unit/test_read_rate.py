@@ -129,7 +129,7 @@ def test_others_never_take_the_whole_shard():
 
 
 def test_a_state_survives_its_json_and_bad_ones_are_named():
-    state = RateState(1.5, 2.0, 3.0, 4.0, 5.0, 6.0)
+    state = RateState(1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0)
     assert RateState.from_json(state.to_json()) == state
     assert RateState.from_json(RateState(1.0, 2.0).to_json()) == RateState(1.0, 2.0)
     with pytest.raises(ValueError, match="level"):
@@ -154,3 +154,13 @@ def test_a_refusal_after_a_page_counts_the_page_as_a_possible_overdraft():
     assert model.state(0.5).level == pytest.approx(-2 * MIB)
     expected = (2 * MIB + MIB + MARGIN_BYTES + others) / (SHARD_BYTES_PER_S - others)
     assert model.wait_s(MIB, 0.5) == pytest.approx(expected)
+
+
+def test_a_refusal_after_the_estimate_faded_puts_it_back_where_the_last_one_set_it():
+    model = ShardBytes(None, RateState(SHARD_BURST_BYTES, 0.0, record_bytes=1000.0), 0.0)
+    model.refused(1.0)  # first: an equal share
+    taught = model.state(1.0).others
+    assert model.state(601.0).others == pytest.approx(taught / 4)  # two half-lives later
+    carried = ShardBytes(None, model.state(601.0), 601.0)  # the state travels with its peak
+    carried.refused(602.0)
+    assert carried.state(602.0).others >= taught
