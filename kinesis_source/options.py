@@ -476,11 +476,8 @@ class SourceOptions:
     @property
     def stream_arn_map(self) -> dict[str, str]:
         """Stream name -> ARN, for the streams given by ARN."""
-        if not self.stream_arns:
-            return {}
-        from kinesis_source.aws.streams import StreamArn
-
-        return {(a := StreamArn.parse(arn)).name: a.arn for arn in self.stream_arns}
+        # the names were taken from the ARNs, in their order
+        return dict(zip(self.stream_names, self.stream_arns, strict=True)) if self.stream_arns else {}
 
     @property
     def executor_page_interval_s(self) -> float:

@@ -32,7 +32,7 @@ processes' monotonic clocks are not comparable).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 MIB = 1024 * 1024
@@ -127,7 +127,6 @@ class ShardBytes:
         self.record_bytes = state.record_bytes
         self._cap_level = self._cap_depth() if state.cap_level is None else state.cap_level
         self.throttles = 0
-        self.waited_s = 0.0
         self._last_take = 0  # the bytes of this model's last page (a refusal may owe them)
         self._taught = state.taught  # others' estimate as the last refusal set it (before fading)
 
@@ -163,13 +162,13 @@ class ShardBytes:
         self._refill(now)
         return min(self._level - self._reserve(), self._cap_level)
 
-    def most(self) -> float:
+    def _most(self) -> float:
         """The most :meth:`available` can ever reach (a wait never asks for more)."""
         return min(SHARD_BURST_BYTES - self._reserve(), self._cap_depth())
 
     def wait_s(self, want: float, now: float) -> float:
-        """Seconds until ``want`` bytes (at most :meth:`most`) are available."""
-        want = min(want, self.most())
+        """Seconds until ``want`` bytes (at most what the buckets can hold) are available."""
+        want = min(want, self._most())
         self._refill(now)
         shard = (want + self._reserve() - self._level) / self._net_rate()
         cap = 0.0 if self.cap is None else (want - self._cap_level) / self.cap
@@ -234,8 +233,3 @@ class ShardBytes:
         return RateState(self._level, self._at, self._others, self._learned_at, self.record_bytes, cap_level,
                          self._taught)
 
-
-def rebased(state: RateState, wall_now: float) -> RateState:
-    """``state`` with its time no later than ``wall_now`` (a state from a host whose clock runs
-    ahead is taken as of now)."""
-    return state if state.at <= wall_now else replace(state, at=wall_now)

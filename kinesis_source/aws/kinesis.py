@@ -311,7 +311,7 @@ class AsyncKinesis:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def remember(self, iterator: str, key: Any) -> None:
+    def remember(self, iterator: str | None, key: Any) -> None:
         """Note that ``iterator`` reads shard ``key`` (nothing here; see the driver's paced
         client, whose budgets are per shard)."""
 

@@ -31,7 +31,7 @@ from tenacity import AsyncRetrying
 
 from kinesis_source.aws.kinesis import AsyncKinesis, Page, is_throttled, throttle_retry
 from kinesis_source.positions import Position
-from kinesis_source.read_rate import RateState, ShardBytes, page_bytes, rebased
+from kinesis_source.read_rate import RateState, ShardBytes, page_bytes
 
 GET_RECORDS = "GetRecords"
 GET_SHARD_ITERATOR = "GetShardIterator"
@@ -194,7 +194,8 @@ class ByteBudget:
             old = self._models.get(key)
             if old is not None:
                 now = time.time()
-                new = self._models[key] = ShardBytes(self.cap, rebased(state, now), now)
+                # (a state from a clock ahead is taken as of now)
+                new = self._models[key] = ShardBytes(self.cap, state, now)
                 new.throttles = old.throttles  # the driver's own, counted in stats
 
     def forget(self, key: Hashable) -> None:
@@ -229,10 +230,7 @@ class PacedKinesis(AsyncKinesis):
         self._recent: dict[Hashable, OrderedDict[str, None]] = defaultdict(OrderedDict)
         self.waited_s = 0.0
 
-    def remember(self, iterator: str, key: Hashable) -> None:
-        self._remember(iterator, key)
-
-    def _remember(self, iterator: str | None, key: Hashable) -> None:
+    def remember(self, iterator: str | None, key: Hashable) -> None:
         if iterator is None:
             return
         recent = self._recent[key]
@@ -259,7 +257,7 @@ class PacedKinesis(AsyncKinesis):
         key = (stream, shard_id)
         await self._pace(key, GET_SHARD_ITERATOR)
         it = await super().iterator(stream, shard_id, position)
-        self._remember(it, key)
+        self.remember(it, key)
         return it
 
     async def _pace_bytes(self, key: Hashable, limit: int) -> int:
@@ -295,7 +293,7 @@ class PacedKinesis(AsyncKinesis):
         with self.byte_budget.lock:
             self.byte_budget.model(model_key).spend(page_bytes(page.records), len(page.records), time.time())
         if key is not None:
-            self._remember(page.next_iterator, key)
+            self.remember(page.next_iterator, key)
         return page
 
     def forget(self, key: Hashable) -> None:

@@ -172,7 +172,6 @@ class RangeReader(RangeReaderBase):
             wait = self._last_call + spacing - time.monotonic()
         wait = max(wait, model.wait_s(model.want_bytes(records, interval), time.time()))
         if wait > 0:
-            model.waited_s += wait
             time.sleep(wait)  # pacing to the shard's budgets, not waiting on a condition
         self._last_call = time.monotonic()
         return model.limit(records, time.time())
