@@ -273,8 +273,10 @@ class SourceOptions:
         "bool",
         False,
         "Deregister the EFO consumer when the query stops (Spark ends the source's planner "
-        "process with SIGTERM, which kinesis-ddb handles). `kinesis-ddb consumers deregister` "
-        "does it by hand, e.g. after a crash.",
+        "process with SIGTERM, which kinesis-ddb handles), unless another run is recorded as "
+        "using it in the checkpoint table (a newer run of the application, or another "
+        "application with the same `consumerName`). `kinesis-ddb consumers deregister` does it "
+        "by hand, e.g. after a crash.",
         parse_bool,
     )
     application_name: str = _option(

@@ -272,7 +272,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
             if self._consumers is None:
                 from kinesis_source.driver.consumers import Consumers
 
-                self._consumers = Consumers(self._opts)
+                self._consumers = Consumers(self._opts, self.checkpointer.app)
             arns = self._consumers.arns()
         hashes = self.planner.hash_ranges() if ranges else {}
         booked, report_to = self.planner.hand_over(ranges) if ranges else ({}, None)
@@ -293,10 +293,10 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         self.checkpointer.commit(self._offset(end))
 
     def stop(self) -> None:
-        """Release the driver's client, event loop and commit thread."""
+        """Release the driver's client, event loop and commit thread, and leave the EFO consumers."""
         if self._planner is not None:
             self._planner.close()
         if self._checkpointer is not None:
             self._checkpointer.close()
-        if self._consumers is not None and self._opts.deregister_consumer:
+        if self._consumers is not None:
             self._consumers.release()

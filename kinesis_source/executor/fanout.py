@@ -21,6 +21,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+from botocore.eventstream import ParserError
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from tenacity import (
@@ -173,7 +174,25 @@ class SubscribeRangeReader(RangeReaderBase):
         code = error_code(exc)
         if code == NOT_FOUND:
             return self._not_found(exc)
+        if code == IN_USE:
+            # Within a query one task reads a shard at a time: a subscription taken over comes
+            # from elsewhere.
+            log.warning(
+                "the subscription of %s through EFO consumer %s was taken over by another "
+                "SubscribeToShard: another query or application reads through the same consumer "
+                "(give each its own 'consumerName'); resubscribing", self._range, self._consumer_arn,
+            )
         return readable_error(exc, self._range.stream, self._range.shard_id) or exc
+
+    def _unreadable(self, exc: ParserError) -> KinesisSourceError:
+        return KinesisSourceError(
+            f"Cannot read {self._range.shard} by enhanced fan-out after "
+            f"{self._cursor.position}: an event of its subscription could not be parsed "
+            f"({exc}). botocore reads event-stream messages of at most 24 MiB, and records of up "
+            "to 10 MiB travel base64-encoded (4/3 of their size), so an event carrying a few "
+            "large records can exceed it. Read this stream with consumerMode=polling, whose "
+            "GetRecords responses hold at most 10 MiB."
+        )
 
     def _consumer_exists(self) -> bool:
         """True while the consumer is there and not being deleted."""
@@ -221,6 +240,9 @@ class SubscribeRangeReader(RangeReaderBase):
                 except ClientError as exc:  # an exception event inside the stream
                     self._close()
                     raise self._in_stream(exc) from None
+                except ParserError as exc:  # resubscribing would meet the same event again
+                    self._close()
+                    raise self._unreadable(exc) from None
                 except StopIteration:
                     ended_early = not self._got_event
                     self._close()

@@ -246,6 +246,42 @@ def test_second_subscription_is_refused_then_takes_over(efo_server, client, fill
     second["EventStream"].close()
 
 
+def test_a_subscription_taken_over_mid_range_is_resumed_and_named(
+    efo_server, client, backing_client, filled, caplog
+):
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    rng = _all_ranges(backing_client, stream, by_shard)[1]
+    efo_server.inject_error("ResourceInUseException", after_events=2, times=1)  # what Kinesis sends
+    reader = SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
+    with caplog.at_level("WARNING", logger="kinesis_source.executor.fanout"):
+        _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
+    assert reader.failures == 1
+    assert "taken over by another SubscribeToShard" in caplog.text and "'consumerName'" in caplog.text
+
+
+@pytest.mark.backends("moto")
+def test_an_event_larger_than_botocore_reads_fails_the_read_naming_what_to_do(
+    efo_server, client, make_stream, kinesis
+):
+    """19 records of 1 MiB in one event: 25 MiB base64-encoded, over botocore's 24 MiB per
+    event-stream message (as two records of 10 MiB would be on Kinesis)."""
+    stream = make_stream(1)
+    shard = kinesis.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
+    big = b"x" * (1024 * 1024 - 16)
+    seqs = [kinesis.put_record(StreamName=stream, Data=big, PartitionKey=f"k{i}")["SequenceNumber"]
+            for i in range(19)]
+    efo_server.page_limit = 100
+    arn = _consumer(client, stream)
+    reader = SubscribeRangeReader(client, arn, ShardRange(stream, shard, Position.trim_horizon(), seqs[-1]))
+    with pytest.raises(KinesisSourceError) as err:
+        _read(reader)
+    message = str(err.value)
+    assert f"{stream}/{shard}" in message and "TRIM_HORIZON" in message
+    assert "24 MiB" in message and "consumerMode=polling" in message
+    assert reader.subscriptions == 1  # not resubscribed into the same event
+
+
 def test_error_events_mid_range_are_survived(efo_server, client, backing_client, filled):
     stream, by_shard = filled
     arn = _consumer(client, stream)
@@ -453,6 +489,25 @@ def test_ensure_consumer_waits_out_a_deletion(efo_server, client, make_stream):
     arn = ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
     desc = client.describe_stream_consumer(ConsumerARN=arn)["ConsumerDescription"]
     assert desc["ConsumerStatus"] == "ACTIVE"
+
+
+def test_registration_waits_while_the_stream_is_updating(efo_server, client, make_stream):
+    stream = make_stream(1)
+    efo_server.update_streams(0.6)  # a reshard in progress
+    started = time.monotonic()
+    arn = ensure_consumer(client, stream, "app", timeout_s=10, poll_s=0.05)
+    assert time.monotonic() - started >= 0.5
+    assert efo_server.calls["RegisterStreamConsumer"] >= 2
+    desc = client.describe_stream_consumer(ConsumerARN=arn)["ConsumerDescription"]
+    assert desc["ConsumerStatus"] == "ACTIVE"
+
+
+def test_a_stream_updating_for_too_long_is_named(efo_server, client, make_stream):
+    stream = make_stream(1)
+    efo_server.update_streams(60)
+    with pytest.raises(ConsumerError, match=f"'app'.*'{stream}'.*stayed UPDATING.*consumerTimeoutMs"):
+        ensure_consumer(client, stream, "app", timeout_s=0.5, poll_s=0.05)
+    assert client.list_stream_consumers(StreamARN=stream_arn(client, stream))["Consumers"] == []
 
 
 def test_consumer_errors_name_stream_and_consumer(efo_server, client, make_stream):

@@ -84,3 +84,68 @@ def test_cli_deregisters_a_consumer_left_behind(kinesis_backend, make_stream, ca
         wait_for(lambda: not consumers_of(client, stream), timeout=30, what="consumer gone")
         assert main(args) == 0
         assert "has no EFO consumer left-behind" in capsys.readouterr().out
+
+
+def planner_processes() -> set[int]:
+    """PIDs of the Python processes that plan a streaming source (one per running query)."""
+    from pathlib import Path
+
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"python_streaming_source_runner" in cmdline:
+                pids.add(int(proc.name))
+    return pids
+
+
+@pytest.mark.backends("moto")
+def test_a_fenced_run_leaves_the_consumer_its_successor_reads_through(
+    spark, kinesis_backend, kinesis, make_stream, source_options, tmp_path
+):
+    """Two runs of one application with deregisterConsumer=true: the newer fences the older,
+    whose stopping must not deregister the consumer the newer one reads through; the newer one
+    deregisters it when it stops, as the last user."""
+    from tests.support.spark_query import Collector, start_query, stop_quietly
+
+    stream = make_stream(1)
+    producer = Producer(kinesis, stream)
+    producer.put(50)
+    with EfoServer(kinesis_backend, activation_delay_s=0.2) as server:
+        client = server_client(server.url)
+        options = {
+            **source_options,
+            "streamName": stream,
+            "endpointUrl": server.url,
+            "consumerMode": "efo",
+            "deregisterConsumer": "true",
+        }
+        before = planner_processes()
+        sinks = [Collector(), Collector()]
+        older = start_query(spark, options, tmp_path / "older", sinks[0], trigger_ms=500)
+        newer = None
+        try:
+            wait_for(lambda: sinks[0].count() >= 50, timeout=120, what="the older run's rows")
+            newer = start_query(spark, options, tmp_path / "newer", sinks[1], trigger_ms=500)
+            # The newer run resumes from the older one's DynamoDB commits; the older one's next
+            # batch finds itself fenced.
+            producer.put(20)
+            wait_for(lambda: not older.isActive, timeout=120, what="the older run to be fenced")
+            assert "was claimed by another query" in str(older.exception())
+            wait_for(lambda: len(planner_processes() - before) == 1, timeout=60,
+                     what="the older run's planner process to end")
+            producer.put(30)
+            later = {p.seq for p in producer.sent[50:]}
+            wait_for(lambda: {r.seq for r in sinks[1].rows()} >= later, timeout=120,
+                     what="the newer run to read what was put after the older one stopped")
+            assert newer.isActive, newer.exception()
+            assert [c["ConsumerName"] for c in consumers_of(client, stream)] == [options["applicationName"]]
+        finally:
+            stop_quietly(older)
+            if newer is not None:
+                stop_quietly(newer)
+        wait_for(lambda: not consumers_of(client, stream), timeout=60,
+                 what="the last run to deregister the consumer when it stops")

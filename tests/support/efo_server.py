@@ -21,6 +21,8 @@ Knobs that make it behave like Kinesis does over a long run:
   ``stall(after_events, seconds, times)``: go silent mid-subscription, the connection open;
 - ``child_shards_on_end`` / ``end_behind_ms``: how a closed shard's last event looks (its
   continuation is null in every case, and never null before);
+- ``update_streams(seconds)``: streams are UPDATING for a while (RegisterStreamConsumer refused
+  with ``ResourceInUseException``, as Kinesis does during a reshard);
 - ``in_use_window_s``: a second SubscribeToShard of one consumer and shard within that window of
   the previous successful one is refused with ``ResourceInUseException`` (Kinesis: 5 s); after
   it, the new subscription takes over and the old one gets a ``ResourceInUseException`` event.
@@ -221,6 +223,9 @@ class EfoServer:
         # left out, any MillisBehindLatest (a reader must not need more than the null).
         self.child_shards_on_end = True
         self.end_behind_ms = 0
+        self.updating_until = 0.0  # time.time() until which every stream is UPDATING
+        # Whether a CREATING consumer refuses DeregisterStreamConsumer (not documented by AWS).
+        self.refuse_deregistering_creating = False
         self.subscribe_calls: list[SubscribeCall] = []
         self.calls: dict[str, int] = {}
         self._errors: list[list[Any]] = []  # [code, after_events, times left]
@@ -267,6 +272,14 @@ class EfoServer:
         self.stall_s = seconds
         self.inject_error(_STALL, after_events, times)
 
+    def update_streams(self, seconds: float) -> None:
+        """Streams are UPDATING for ``seconds`` (as during a reshard): ``DescribeStreamSummary``
+        says so, and ``RegisterStreamConsumer`` is refused with ``ResourceInUseException``."""
+        self.updating_until = time.time() + seconds
+
+    def _updating(self) -> bool:
+        return time.time() < self.updating_until
+
     def live_subscriptions(self) -> int:
         """Subscriptions currently pushing events."""
         with self._lock:
@@ -299,6 +312,8 @@ class EfoServer:
         if op == "RegisterStreamConsumer":
             stream_arn = self._check_stream(req.get("StreamARN", ""))
             name = req.get("ConsumerName", "")
+            if self._updating():
+                raise _ApiError("ResourceInUseException", f"Stream {stream_arn} is UPDATING")
             with self._lock:
                 mine = [c for c in self._consumers.values() if c.stream_arn == stream_arn]
                 if any(c.name == name for c in mine):
@@ -316,6 +331,8 @@ class EfoServer:
         if op == "DescribeStreamConsumer":
             return {"ConsumerDescription": consumer.to_api(now, with_stream=True)}
         with self._lock:  # DeregisterStreamConsumer
+            if self.refuse_deregistering_creating and consumer.status(now) == "CREATING":
+                raise _ApiError("ResourceInUseException", f"Consumer {consumer.arn} is CREATING")
             if consumer.deleting_until is None:
                 consumer.deleting_until = now + self.deletion_delay_s
         return {}
@@ -527,6 +544,11 @@ class EfoServer:
                 resp = conn.getresponse()
                 data = resp.read()
                 conn.close()
+                target = self.headers.get("X-Amz-Target", "")
+                if resp.status == 200 and target.endswith(".DescribeStreamSummary") and server._updating():
+                    summary = json.loads(data)
+                    summary["StreamDescriptionSummary"]["StreamStatus"] = "UPDATING"
+                    return self._json(200, summary)
                 self._reply(resp.status, data, resp.getheaders())
 
             def _subscribe(self, req: dict) -> None:
