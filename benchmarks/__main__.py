@@ -4,7 +4,7 @@
     .venv/bin/python -m benchmarks [--quick] [--only <suite>,...]
 
 (suites: read_path, kpl, commit, planning, memory, e2e, e2e_canned, overhead, quota, tasks,
-overread, catchup)
+overread, catchup, latency)
 
 ``--quick`` runs smoke sizes (a minute or few, to check the suite works); without it the sizes are
 those published. One moto server and one Spark session serve the whole run (``e2e_canned`` starts
@@ -30,7 +30,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import catchup, commit, e2e, kpl, memory, overhead, overread, planning, quota, read_path, report, tasks
+from benchmarks import (
+    catchup,
+    commit,
+    e2e,
+    kpl,
+    latency,
+    memory,
+    overhead,
+    overread,
+    planning,
+    quota,
+    read_path,
+    report,
+    tasks,
+)
 from benchmarks.common import local_env, machine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +97,8 @@ def main(argv: list[str] | None = None) -> None:
         _run("kpl", lambda: kpl.run_suite(q), results)
     if "memory" in only:
         _run("memory", lambda: memory.run_suite(q), results)
-    if only & {"commit", "planning", "e2e", "e2e_canned", "overhead", "quota", "tasks", "overread", "catchup"}:
+    spark_suites = {"e2e", "e2e_canned", "overhead", "quota", "tasks", "overread", "catchup", "latency"}
+    if only & ({"commit", "planning"} | spark_suites):
         from kinesis_source.tools.local import LocalEndpoint
 
         with LocalEndpoint() as ep:
@@ -91,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
                 _run("commit", lambda: commit.run_suite(ep.url, q), results)
             if "planning" in only:
                 _run("planning", lambda: planning.run_suite(ep.url, q), results)
-            if only & {"e2e", "e2e_canned", "overhead", "quota", "tasks", "overread", "catchup"}:
+            if only & spark_suites:
                 from benchmarks import spark_env
 
                 spark = spark_env.session()
@@ -110,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
                         _run("overread", lambda: overread.run_suite(spark, ep.url, q), results)
                     if "catchup" in only:
                         _run("catchup", lambda: catchup.run_suite(spark, ep.url, q), results)
+                    if "latency" in only:
+                        _run("latency", lambda: latency.run_suite(spark, ep.url, q), results)
                 finally:
                     spark.stop()
     results["targets"] = report.targets(results)

@@ -41,6 +41,7 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     _quota_targets(add, res.get("quota"))
     _tasks_targets(add, res.get("tasks"))
     _catchup_targets(add, res.get("catchup"))
+    _latency_targets(add, res.get("latency"))
     over = res.get("overread")
     if over:
         ratio = over["executor_ratio"]
@@ -137,6 +138,21 @@ def _catchup_targets(add: Any, c: dict[str, Any] | None) -> None:
         f"{rate:.3f} MiB/s (executors alone {cap['executor_bytes_per_s'] / 1048576:.3f})", 0.45 <= rate <= 0.5)
 
 
+def _latency_targets(add: Any, lat: dict[str, Any] | None) -> None:
+    """Issue 22's rows: fan-out's per-shard batch period against the ~8 s the issue measured
+    (a new subscription per batch, refused within Kinesis' 5 s and backed off), and no refused
+    subscription."""
+    if not lat:
+        return
+    efo = lat["efo"]
+    period = efo["batch_period_s"]["p50"]
+    add("fan-out: a shard's batch period, p50 (Kinesis' 5 s subscription rule on)", "< 8 s (issue 22: ~8 s)",
+        period, f"{period:.2f} s (polling {lat['polling']['batch_period_s']['p50']:.2f} s)", period < 8.0)
+    refused = sum(efo["refused"].values())
+    add("fan-out: subscriptions refused", "= 0", refused,
+        f"{refused} of {efo['subscribe_calls']} calls", refused == 0)
+
+
 CPU_BOUND = ", CPU-bound here"
 
 
@@ -207,7 +223,7 @@ def _s(s: dict[str, Any], digits: int = 0, scale: float = 1.0) -> str:
 
 
 SUITES = ("read_path", "kpl", "commit", "planning", "memory", "e2e", "e2e_canned", "overhead", "quota", "tasks",
-          "overread", "catchup")
+          "overread", "catchup", "latency")
 _RUN_KEYS = ("command", "date", "quick", "machine", "results_file")
 
 
@@ -282,6 +298,7 @@ def render(res: dict[str, Any]) -> str:
                      f"{'pass' if t['pass'] else '**fail**'} |")
     lines += _read_path(res) + _kpl(res) + _e2e(res) + _planning(res) + _commit(res)
     lines += _overhead(res) + _memory(res) + _quota(res) + _tasks(res) + _overread(res) + _catchup(res)
+    lines += _latency(res)
     lines += ["", END]
     return "\n".join(lines)
 
@@ -557,6 +574,27 @@ def _catchup(res: dict[str, Any]) -> list[str]:
             f"{cap['run_seconds']:.0f} s, default trigger: {cap['bytes_per_s'] / mib:.3f} MiB/s (bytes after the "
             f"first data call over {cap['span_seconds']:.1f} s to the last; {cap['data_calls']} data calls); "
             f"executors alone {cap['executor_bytes_per_s'] / mib:.3f} MiB/s; refused {cap['refused_source']}."]
+    return out
+
+
+def _latency(res: dict[str, Any]) -> list[str]:
+    lat = res.get("latency")
+    if not lat:
+        return []
+    p = lat["polling"]
+    out = ["", f"### 11. Put-to-sink latency, polling and fan-out ({p['shards']} shards, {p['rate_per_shard']} "
+           "records/s each; moto behind the event-stream test server with Kinesis' subscription rules on)", "",
+           "Spark's default trigger into `foreachBatch`; a row's latency is the time its batch was collected "
+           "less the time of its `PutRecords` call; a shard's batch period is the time between two batches that "
+           "held its rows.", "",
+           "| mode | window | rows | latency p50 | p95 | max | batch period p50 | p95 | SubscribeToShard calls "
+           "(refused) |", "|---|---|---|---|---|---|---|---|---|"]
+    for mode in ("polling", "efo"):
+        r = lat[mode]
+        ms, per = r["latency_ms"], r["batch_period_s"]
+        calls = f"{r['subscribe_calls']} ({sum(r['refused'].values())})" if mode == "efo" else "-"
+        out.append(f"| {mode} | {r['seconds']:.0f} s | {r['rows']:,} | {ms['p50']:,.0f} ms | {ms['p95']:,.0f} ms | "
+                   f"{ms['max']:,.0f} ms | {per['p50']:.2f} s | {per['p95']:.2f} s | {calls} |")
     return out
 
 

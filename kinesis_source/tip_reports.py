@@ -49,6 +49,9 @@ class TipReport:
     # the shard's byte model as the read left it (polling): the driver's model goes on from it
     rate: RateState | None = None
     throttled: int = 0  # the read's calls that the shard refused for throughput
+    # fan-out: when the read last subscribed (epoch seconds); the shard's next subscription
+    # is refused for 5 s after it
+    subscribed_at: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report's JSON object."""
@@ -56,7 +59,7 @@ class TipReport:
                 "iterator": self.iterator, "calls": self.calls, "end": self.end, "past": self.past,
                 "readBytes": self.read_bytes, "extraBytes": self.extra_bytes,
                 "rate": self.rate.to_json() if self.rate is not None else None,
-                "throttled": self.throttled}
+                "throttled": self.throttled, "subscribedAt": self.subscribed_at}
 
     @staticmethod
     def from_json(data: Any) -> TipReport:
@@ -85,13 +88,17 @@ class TipReport:
         end = data.get("end")
         if end is not None and not isinstance(end, str):
             raise ValueError(f"end {end!r} is not a sequence number")
+        subscribed = data.get("subscribedAt")
+        if subscribed is not None and (not isinstance(subscribed, (int, float)) or isinstance(subscribed, bool)
+                                       or not 0 <= subscribed < 1e11):
+            raise ValueError(f"subscribedAt {subscribed!r} is not a time")
         shard = ShardId.parse(str(data.get("shard")))
         times = {op: [float(t) for t in ts] for op, ts in calls.items()}
         rate = RateState.from_json(data["rate"]) if data.get("rate") is not None else None
         return TipReport(shard, check_seq(seq), behind, iterator, times,
                          check_seq(end) if end is not None else None,
                          counts["past"], counts["readBytes"], counts["extraBytes"], rate,
-                         counts["throttled"])
+                         counts["throttled"], float(subscribed) if subscribed is not None else None)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,9 @@ FIRST_PROBE_TIMEOUT_S = 60.0
 MAX_CLOCK_SKEW_S = 5.0
 # A shard's new records join a batch only if its executor read can start within this.
 HOLD_SLACK_S = 0.05
+# Fan-out: Kinesis refuses a shard's subscription within 5 s of its last one; a little more, as
+# the driver learns the last one's time from another process's clock.
+SUBSCRIBE_GAP_S = 5.1
 # Under Trigger.AvailableNow, how long a batch waits for the table between looks.
 _TARGET_WAIT_S = 0.5
 
@@ -89,6 +92,7 @@ class Planner:
         self._target: Target | None = None
         self._listener: TipListener | None = None
         self._bookings: dict[ShardId, dict[str, list[float]]] = {}  # executor reads not yet reported
+        self._subscribed: dict[ShardId, float] = {}  # fan-out: each shard's last subscription (wall clock)
         self._turn = 0  # rotates which shard a limited batch serves first
         self._booked = 0
         self._answer_s = 0.0  # how long the last latest_offset took
@@ -154,6 +158,8 @@ class Planner:
                     if tip.rate is not None:
                         self.byte_budget.adopt(tip.shard, tip.rate)
                     self._executor_throttles += tip.throttled
+                    if tip.subscribed_at is not None:
+                        self._subscribed[tip.shard] = min(tip.subscribed_at, time.time() + MAX_CLOCK_SKEW_S)
                     self._read_bytes += tip.read_bytes
                     self._extra_bytes += tip.extra_bytes
 
@@ -348,7 +354,10 @@ class Planner:
         records wait for a later batch, instead of a task that sleeps until the budget lets it
         read (and a batch that lasts as long)."""
         if self._opts.consumer_mode == "efo":
-            return False  # subscriptions do not spend the polling budget
+            # Subscriptions do not spend the polling budget, but Kinesis refuses a shard's next
+            # one within 5 s of the last: the range waits here (probes go on, so its end is
+            # fresh when it goes) instead of in a task retrying refused calls.
+            return time.time() < self._subscribed.get(sid, 0.0) + SUBSCRIBE_GAP_S
         now = time.monotonic()
         free = self.budget.free_at(sid, GET_RECORDS, now=now)
         if self._prober is not None and self._prober.opener(sid, start) is None:
@@ -396,6 +405,10 @@ class Planner:
             until = time.monotonic() + READ_HOLD_S
             self._tips.reading([r.shard for r in ranges], until)
         if self._opts.consumer_mode == "efo":
+            # The read subscribes after now: its report brings the actual time.
+            wall = time.time()
+            for rng in ranges:
+                self._subscribed[rng.shard] = max(self._subscribed.get(rng.shard, 0.0), wall)
             return {}, address  # subscriptions do not spend the polling budget
         out: dict[ShardId, Booking] = {}
         now, wall = time.monotonic(), time.time()

@@ -189,8 +189,12 @@ class RangeReaderBase:
         return TipReport(
             self._range.shard, last, page.behind_ms, page.next_iterator, self._reported_calls(),
             self._range.end_seq, cursor.past, cursor.read_bytes, cursor.extra_bytes, self._rate_state(),
-            self._throttled(),
+            self._throttled(), self._subscribed(),
         )
+
+    def _subscribed(self) -> float | None:
+        """When the read last subscribed to the shard (fan-out; wall clock), else None."""
+        return None
 
     def _rate_state(self) -> RateState | None:
         """The shard's byte model as the read leaves it (modes that spend the shared budget)."""

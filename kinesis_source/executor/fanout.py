@@ -18,6 +18,8 @@ earlier subscription of the same consumer and shard lingers (Kinesis refuses a n
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,6 +65,19 @@ _RECOVERABLE_CODES = {
 }
 
 
+# Kinesis refuses a SubscribeToShard of one consumer and shard within 5 s of the last
+# successful one (ResourceInUseException), and takes one such call per second
+# (LimitExceededException): a refused call is tried again a second later, not on a backoff.
+IN_USE_GAP_S = 5.0
+CALL_GAP_S = 1.0
+
+# When this process last subscribed, per (consumer ARN, shard): Spark reuses its Python
+# workers, so a shard's next range (or a resubscription within a range) often runs here, and
+# waits out the 5 s itself instead of being refused.
+_last_subscribed: dict[tuple[str, str], float] = {}
+_last_lock = threading.Lock()
+
+
 def starting_position(position: Position) -> dict[str, Any]:
     """``SubscribeToShard``'s ``StartingPosition`` for a position (as ``GetShardIterator``'s
     arguments would open it)."""
@@ -94,7 +109,9 @@ class SubscribeRangeReader(RangeReaderBase):
     polling reader does for the range. A subscription that ends (Kinesis
     ends each after 5 minutes) or fails recoverably is renewed after the last record read;
     ``max_attempts`` failures in a row (with exponential waits from ``retry_wait_s`` up to
-    ``max_wait_s``; Kinesis refuses a resubscription within 5 s) end the read with the error.
+    ``max_wait_s``; a subscription Kinesis refuses under its per-shard rules is tried again
+    each second) end the read with the error. A subscription of a shard this process made less
+    than 5 s before waits the rest of the 5 s instead of being refused.
     """
 
     def __init__(
@@ -106,18 +123,20 @@ class SubscribeRangeReader(RangeReaderBase):
         max_attempts: int = 8,
         retry_wait_s: float = 0.5,
         max_wait_s: float = 5.0,
+        in_use_gap_s: float = IN_USE_GAP_S,
     ) -> None:
         super().__init__(rng, fail_on_data_loss, mode="EFO")
         self._client = client
         self._consumer_arn = consumer_arn
         self._max_attempts = max_attempts
-        self._retry_wait_s = retry_wait_s
-        self._max_wait_s = max_wait_s
+        self._backoff = wait_exponential(multiplier=retry_wait_s, max=max_wait_s)
+        self._in_use_gap_s = in_use_gap_s
         self._stream: Any = None  # the current subscription's EventStream
         self._events: Iterator[dict] | None = None
         self._got_event = False
         self.subscriptions = 0
         self.failures = 0  # recoverable errors got past
+        self.subscribed_at: float | None = None  # wall clock of the last successful subscription
 
     def _subscribe(self) -> None:
         rng = self._range
@@ -137,8 +156,13 @@ class SubscribeRangeReader(RangeReaderBase):
 
     def _subscribe_at(self, position: Position) -> Any:
         rng = self._range
+        key = (self._consumer_arn, rng.shard_id)
+        with _last_lock:
+            last = _last_subscribed.get(key)
+        if last is not None:
+            time.sleep(max(0.0, last + self._in_use_gap_s - time.monotonic()))
         try:
-            return self._client.subscribe_to_shard(
+            resp = self._client.subscribe_to_shard(
                 ConsumerARN=self._consumer_arn,
                 ShardId=rng.shard_id,
                 StartingPosition=starting_position(position),
@@ -147,6 +171,10 @@ class SubscribeRangeReader(RangeReaderBase):
             if error_code(exc) != NOT_FOUND:
                 raise
             raise self._not_found(exc) from exc
+        with _last_lock:
+            _last_subscribed[key] = time.monotonic()
+        self.subscribed_at = time.time()
+        return resp
 
     def _not_found(self, exc: ClientError) -> Exception:
         """What a ``ResourceNotFoundException`` (from the call, or inside the event stream when
@@ -212,6 +240,17 @@ class SubscribeRangeReader(RangeReaderBase):
             except Exception:  # noqa: BLE001 - a broken connection is being dropped anyway
                 log.debug("closing a subscription of %s failed", self._range, exc_info=True)
 
+    def _wait(self, state: Any) -> float:
+        """A call refused by the per-shard subscription rules waits a second (the rate they
+        allow); other failures back off exponentially."""
+        exc = state.outcome.exception()
+        if isinstance(exc, ClientError) and error_code(exc) in (IN_USE, LIMIT_EXCEEDED):
+            return CALL_GAP_S
+        return self._backoff(state)
+
+    def _subscribed(self) -> float | None:
+        return self.subscribed_at
+
     def _on_retry(self, state: Any) -> None:
         self.failures += 1
         log.info(
@@ -227,7 +266,7 @@ class SubscribeRangeReader(RangeReaderBase):
         retrying = Retrying(
             retry=retry_if_exception(_recoverable),
             stop=stop_after_attempt(self._max_attempts),
-            wait=wait_exponential(multiplier=self._retry_wait_s, max=self._max_wait_s),
+            wait=self._wait,
             before_sleep=self._on_retry,
             reraise=True,
         )

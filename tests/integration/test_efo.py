@@ -38,6 +38,12 @@ from tests.support.waiting import wait_for
 RECORDS = 240
 
 
+def Reader(*args, **kwargs):  # noqa: N802 - the reader class, for a server without the 5 s rule
+    """A fan-out reader that does not wait out Kinesis' 5 s between its own subscriptions of a
+    shard (the fixture's server does not have the rule; the tests of the rule say so)."""
+    return SubscribeRangeReader(*args, in_use_gap_s=kwargs.pop("in_use_gap_s", 0.0), **kwargs)
+
+
 def _client(url: str, read_timeout_s: float = 30.0) -> object:
     # Few, quick botocore retries: the consumer-limit test gets a LimitExceededException,
     # which botocore retries as throttling.
@@ -55,6 +61,7 @@ def _client(url: str, read_timeout_s: float = 30.0) -> object:
 def efo_server(kinesis_backend):
     """A fresh EFO server in front of the backend under test (small pages: many events)."""
     with EfoServer(kinesis_backend, activation_delay_s=0.3, page_limit=25) as server:
+        server.in_use_window_s = server.min_call_gap_s = 0.0  # the rules' own tests turn them on
         yield server
 
 
@@ -163,7 +170,7 @@ def test_subscribe_reads_what_get_records_reads(efo_server, client, backing_clie
     arn = _consumer(client, stream)
     for rng in _all_ranges(backing_client, stream, by_shard):
         expected = _expected(backing_client, rng)
-        reader = SubscribeRangeReader(client, arn, rng)
+        reader = Reader(client, arn, rng)
         got = _read(reader)
         _assert_reads(got, rng, backing_client, by_shard[rng.shard_id])
         assert got and got[-1]["SequenceNumber"] == rng.end_seq
@@ -183,7 +190,7 @@ def test_resubscribes_when_subscriptions_end(efo_server, client, backing_client,
     efo_server.page_limit = 5
     for rng in _all_ranges(backing_client, stream, by_shard)[:3]:
         before = efo_server.subscriptions
-        reader = SubscribeRangeReader(client, arn, rng)
+        reader = Reader(client, arn, rng)
         expected = _expected(backing_client, rng)
         _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
         assert reader.subscriptions > 1 and reader.failures == 0
@@ -253,7 +260,7 @@ def test_a_subscription_taken_over_mid_range_is_resumed_and_named(
     arn = _consumer(client, stream)
     rng = _all_ranges(backing_client, stream, by_shard)[1]
     efo_server.inject_error("ResourceInUseException", after_events=2, times=1)  # what Kinesis sends
-    reader = SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
+    reader = Reader(client, arn, rng, retry_wait_s=0.01)
     with caplog.at_level("WARNING", logger="kinesis_source.executor.fanout"):
         _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
     assert reader.failures == 1
@@ -273,7 +280,7 @@ def test_an_event_larger_than_botocore_reads_fails_the_read_naming_what_to_do(
             for i in range(19)]
     efo_server.page_limit = 100
     arn = _consumer(client, stream)
-    reader = SubscribeRangeReader(client, arn, ShardRange(stream, shard, Position.trim_horizon(), seqs[-1]))
+    reader = Reader(client, arn, ShardRange(stream, shard, Position.trim_horizon(), seqs[-1]))
     with pytest.raises(KinesisSourceError) as err:
         _read(reader)
     message = str(err.value)
@@ -287,7 +294,7 @@ def test_error_events_mid_range_are_survived(efo_server, client, backing_client,
     arn = _consumer(client, stream)
     rng = _all_ranges(backing_client, stream, by_shard)[1]  # AFTER:s3 .. last record
     efo_server.inject_error("InternalFailureException", after_events=2, times=2)
-    reader = SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
+    reader = Reader(client, arn, rng, retry_wait_s=0.01)
     _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
     assert reader.failures == 2 and reader.subscriptions == 3
 
@@ -297,7 +304,7 @@ def test_dropped_connections_are_survived(efo_server, client, backing_client, fi
     arn = _consumer(client, stream)
     rng = _all_ranges(backing_client, stream, by_shard)[0]  # TRIM_HORIZON .. the middle
     efo_server.drop_connection(after_events=1, times=2)
-    reader = SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
+    reader = Reader(client, arn, rng, retry_wait_s=0.01)
     _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
     assert reader.failures == 2 and reader.subscriptions == 3
 
@@ -312,7 +319,7 @@ def test_a_silent_subscription_is_renewed_after_the_subscribe_timeout(efo_server
     arn = _consumer(client, stream)
     rng = _all_ranges(backing_client, stream, by_shard)[0]
     efo_server.stall(after_events=1, seconds=30.0, times=1)  # longer than the test waits
-    reader = SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01)
+    reader = Reader(client, arn, rng, retry_wait_s=0.01)
     started = time.monotonic()
     _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
     assert reader.failures == 1 and reader.subscriptions == 2
@@ -329,7 +336,7 @@ def test_a_consumer_deregistered_mid_read_is_named(efo_server, client, backing_c
     arn = _consumer(client, stream)
     rng = _all_ranges(backing_client, stream, by_shard)[0]
     efo_server.page_limit = 2  # many events, so the subscription is still going
-    pages = SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01).pages()
+    pages = Reader(client, arn, rng, retry_wait_s=0.01).pages()
     next(pages)
     client.deregister_stream_consumer(ConsumerARN=arn)
     with pytest.raises(KinesisSourceError, match="the consumer was not found") as err:
@@ -345,24 +352,46 @@ def test_kms_errors_inside_the_stream_name_the_permission(efo_server, client, ba
     rng = _all_ranges(backing_client, stream, by_shard)[0]
     efo_server.inject_error("KMSAccessDeniedException", after_events=1, times=1)
     with pytest.raises(KinesisSourceError, match="kms:Decrypt") as err:
-        _read(SubscribeRangeReader(client, arn, rng, retry_wait_s=0.01))
+        _read(Reader(client, arn, rng, retry_wait_s=0.01))
     assert rng.shard_id in str(err.value) and stream in str(err.value)
 
 
-def test_resource_in_use_while_a_subscription_lingers(efo_server, client, backing_client, filled):
+def test_a_subscription_refused_by_another_process_is_retried_each_second(
+    efo_server, client, backing_client, filled
+):
+    """Another worker subscribed to the shard less than 5 s ago (this process cannot know):
+    the refused call is tried again a second later, within Kinesis' 1 call/s per shard."""
     stream, by_shard = filled
     arn = _consumer(client, stream)
     rng = _all_ranges(backing_client, stream, by_shard)[1]
-    # Kinesis refuses a new subscription of a consumer and shard within 5 s of the last one.
-    efo_server.in_use_window_s = 5.0
-    efo_server.inject_error("InternalFailureException", after_events=1, times=1)
-    reader = SubscribeRangeReader(  # attempts for 12 s at most, past the window
-        client, arn, rng, max_attempts=60, retry_wait_s=0.05, max_wait_s=0.2
-    )
+    efo_server.in_use_window_s, efo_server.min_call_gap_s = 5.0, 1.0  # as Kinesis
+    client.subscribe_to_shard(ConsumerARN=arn, ShardId=rng.shard_id,
+                              StartingPosition={"Type": "LATEST"})["EventStream"].close()
+    time.sleep(1.0)  # the other worker's call was a second ago (Kinesis allows one per second)
+    started = time.monotonic()
+    reader = Reader(client, arn, rng, retry_wait_s=0.05)
     _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
-    refused = efo_server.calls["SubscribeToShard"] - efo_server.subscriptions
-    assert refused >= 1  # at least one ResourceInUseException, then it got through
-    assert reader.failures == 1 + refused and reader.subscriptions == 2
+    assert efo_server.refused == {"ResourceInUseException": 4, "LimitExceededException": 0}
+    assert reader.failures == 4 and reader.subscriptions == 1
+    assert 3.9 <= time.monotonic() - started
+
+
+def test_a_process_waits_out_its_own_last_subscription_instead_of_being_refused(
+    efo_server, client, backing_client, filled
+):
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    rng = _all_ranges(backing_client, stream, by_shard)[1]
+    efo_server.in_use_window_s, efo_server.min_call_gap_s = 5.0, 1.0  # as Kinesis
+    efo_server.inject_error("InternalFailureException", after_events=1, times=1)
+    reader = Reader(client, arn, rng, retry_wait_s=0.05, in_use_gap_s=5.0)
+    _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
+    assert reader.failures == 1 and reader.subscriptions == 2
+    assert efo_server.refused == {"ResourceInUseException": 0, "LimitExceededException": 0}
+    # the next range of the shard, read in this process at once, waits too
+    again = Reader(client, arn, rng, in_use_gap_s=5.0)
+    _read(again)
+    assert again.failures == 0 and efo_server.refused["ResourceInUseException"] == 0
 
 
 def test_bounded_attempts(efo_server, client, backing_client, filled):
@@ -370,7 +399,7 @@ def test_bounded_attempts(efo_server, client, backing_client, filled):
     arn = _consumer(client, stream)
     rng = _all_ranges(backing_client, stream, by_shard)[1]
     efo_server.inject_error("InternalFailureException", after_events=0, times=100)
-    reader = SubscribeRangeReader(client, arn, rng, max_attempts=3, retry_wait_s=0.01)
+    reader = Reader(client, arn, rng, max_attempts=3, retry_wait_s=0.01)
     with pytest.raises(Exception, match="InternalFailureException"):
         _read(reader)
     assert reader.subscriptions == 3
@@ -382,7 +411,7 @@ def test_range_past_the_tip_is_incomplete(efo_server, client, filled):
     shard, puts = sorted(by_shard.items())[0]
     beyond = str(int(puts[-1].seq) + 1)
     rng = ShardRange(stream, shard, Position.after(puts[-5].seq), beyond)
-    reader = SubscribeRangeReader(client, arn, rng)
+    reader = Reader(client, arn, rng)
     got = []
     with pytest.raises(RangeIncompleteError, match="tip") as info:
         for page in reader.pages():
@@ -401,8 +430,8 @@ def test_trimmed_start_is_data_loss(kinesis_backend, filled):
         client = _client(server.url)
         arn = _consumer(client, stream)
         with pytest.raises(DataLossError, match=f"{shard}.*oldest record left is {puts[5].seq}"):
-            _read(SubscribeRangeReader(client, arn, rng))
-        got = _read(SubscribeRangeReader(client, arn, rng, fail_on_data_loss=False))
+            _read(Reader(client, arn, rng))
+        got = _read(Reader(client, arn, rng, fail_on_data_loss=False))
         # plain GetRecords through the proxy land on the oldest record left, puts[5]
         assert got == read_range_boto3(_client(proxy.url), stream, shard, "TRIM_HORIZON", rng.end_seq)
     assert [(r["SequenceNumber"], r["Data"]) for r in got] == [(p.seq, p.data) for p in puts[5:10]]
@@ -427,7 +456,7 @@ def test_closed_shard(efo_server, client, backing_client, make_stream, kinesis):
     shard = parent["ShardId"]
     # A range up to the parent's last record reads like GetRecords does.
     rng = ShardRange(stream, shard, Position.after(puts[4].seq), puts[-1].seq)
-    _assert_reads(_read(SubscribeRangeReader(client, arn, rng)), rng, backing_client, puts)
+    _assert_reads(_read(Reader(client, arn, rng)), rng, backing_client, puts)
     # The subscription's last event names the children, and the stream ends.
     events = client.subscribe_to_shard(
         ConsumerARN=arn,
@@ -441,11 +470,11 @@ def test_closed_shard(efo_server, client, backing_client, make_stream, kinesis):
     beyond = str(int(puts[-1].seq) + 1)
     rng = ShardRange(stream, shard, Position.after(puts[-3].seq), beyond)
     with pytest.raises(RangeIncompleteError, match="the shard ended"):
-        _read(SubscribeRangeReader(client, arn, rng))
+        _read(Reader(client, arn, rng))
     # The end is the null continuation, whatever else the last event holds (KCL and Flink read
     # it so): without children and still "behind", the shard is not resubscribed forever.
     efo_server.child_shards_on_end, efo_server.end_behind_ms = False, 1000
-    reader = SubscribeRangeReader(client, arn, rng)
+    reader = Reader(client, arn, rng)
     with pytest.raises(RangeIncompleteError, match="the shard ended"):
         _read(reader)
     assert reader.subscriptions == 1

@@ -23,9 +23,12 @@ Knobs that make it behave like Kinesis does over a long run:
   continuation is null in every case, and never null before);
 - ``update_streams(seconds)``: streams are UPDATING for a while (RegisterStreamConsumer refused
   with ``ResourceInUseException``, as Kinesis does during a reshard);
-- ``in_use_window_s``: a second SubscribeToShard of one consumer and shard within that window of
-  the previous successful one is refused with ``ResourceInUseException`` (Kinesis: 5 s); after
-  it, the new subscription takes over and the old one gets a ``ResourceInUseException`` event.
+- ``in_use_window_s`` (5 s, as Kinesis): a second SubscribeToShard of one consumer and shard
+  within that window of the previous successful one is refused with ``ResourceInUseException``;
+  after it, the new subscription takes over and the old one gets a ``ResourceInUseException``
+  event. ``min_call_gap_s`` (1 s, as Kinesis): a call within that time of the previous call of
+  the same consumer and shard, refused or not, gets ``LimitExceededException``. ``refused``
+  counts both.
 
 ``subscriptions`` counts successful SubscribeToShard calls; ``calls`` counts every operation.
 Listens on 127.0.0.1 only.
@@ -217,7 +220,9 @@ class EfoServer:
         self.heartbeat_s = heartbeat_s
         self.end_after_events: int | None = None
         self.end_after_seconds: float = 300.0
-        self.in_use_window_s = 0.0
+        self.in_use_window_s = 5.0
+        self.min_call_gap_s = 1.0  # Kinesis: 1 SubscribeToShard per second per consumer and shard
+        self.refused = {"ResourceInUseException": 0, "LimitExceededException": 0}
         self.stall_s = 10.0
         # The end of a shard as Kinesis may send it: a null continuation, ChildShards empty or
         # left out, any MillisBehindLatest (a reader must not need more than the null).
@@ -232,6 +237,7 @@ class EfoServer:
         self._consumers: dict[str, _Consumer] = {}  # by ARN
         self._live: dict[tuple[str, str], _Subscription] = {}
         self._last_subscribe: dict[tuple[str, str], float] = {}
+        self._last_call: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._backing = AwsSettings(
@@ -389,8 +395,16 @@ class EfoServer:
             raise _ApiError(err["Code"], err.get("Message", "")) from exc
         key = (arn, shard_id)
         with self._lock:
+            called, self._last_call[key] = self._last_call.get(key), arrived
+            if called is not None and arrived - called < self.min_call_gap_s:
+                self.refused["LimitExceededException"] += 1
+                raise _ApiError(
+                    "LimitExceededException",
+                    f"Rate exceeded for consumer {arn} and shard {shard_id}",
+                )
             last = self._last_subscribe.get(key)
             if last is not None and arrived - last < self.in_use_window_s:
+                self.refused["ResourceInUseException"] += 1
                 raise _ApiError(
                     "ResourceInUseException",
                     f"Another active subscription exists for consumer {arn} on shard {shard_id}",

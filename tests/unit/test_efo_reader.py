@@ -11,6 +11,12 @@ from kinesis_source.positions import Position, ShardRange
 from tests.unit.fake_kinesis import FakeKinesis, FakeShard, log_of
 
 
+def _reader(*args, **kwargs):
+    """A fan-out reader that does not wait out Kinesis' 5 s between its subscriptions (the
+    fake has no such rule)."""
+    return SubscribeRangeReader(*args, in_use_gap_s=0.0, **kwargs)
+
+
 class _Stream:
     def __init__(self, events):
         self._events = events
@@ -59,7 +65,7 @@ class FakeSubscriptions:
 
 
 def read(subs, rng):
-    reader = SubscribeRangeReader(subs, "arn:consumer", rng, retry_wait_s=0, max_wait_s=0)
+    reader = _reader(subs, "arn:consumer", rng, retry_wait_s=0, max_wait_s=0)
     return [r["SequenceNumber"] for page in reader.pages() for r in page]
 
 
@@ -109,7 +115,7 @@ def test_subscription_to_a_shard_gone_since_planning_is_data_loss_as_failOnDataL
     rng = ShardRange("s", "zz", Position.trim_horizon(), recs[-1][0])
     with pytest.raises(DataLossError, match="stream 's' no longer has shard 'zz'"):
         read(subs, rng)
-    lenient = SubscribeRangeReader(subs, "arn:consumer", rng, fail_on_data_loss=False)
+    lenient = _reader(subs, "arn:consumer", rng, fail_on_data_loss=False)
     assert list(lenient.pages()) == []
 
 
@@ -139,7 +145,7 @@ def test_a_refused_start_falls_back_for_good_even_if_the_next_subscription_is_em
 
     subs = Refusing(FakeKinesis({"a": FakeShard(recs)}), 10)
     rng = ShardRange("s", "a", Position.after("1"), recs[-1][0])  # "1": long trimmed
-    reader = SubscribeRangeReader(
+    reader = _reader(
         subs, "arn:consumer", rng, fail_on_data_loss=False, retry_wait_s=0, max_wait_s=0
     )
     got = [r["SequenceNumber"] for page in reader.pages() for r in page]

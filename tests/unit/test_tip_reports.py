@@ -23,7 +23,7 @@ A = ShardId("s", "a")
 
 def test_a_report_round_trips_and_bad_ones_are_refused_naming_the_field():
     rate = RateState(-1024.0, 1.7e9, 2048.0, 1.6e9, 1000.0, 512.0)
-    full = TipReport(A, "123", 0, None, {"GetRecords": [1.5]}, "120", 3, 900, 350, rate, 2)
+    full = TipReport(A, "123", 0, None, {"GetRecords": [1.5]}, "120", 3, 900, 350, rate, 2, 1.7e9)
     for tip in (TipReport(A, "123", 40, "it-1"), full):
         token, tips = decode(encode("t0k", [tip]))
         assert (token, tips) == ("t0k", [tip])
@@ -40,6 +40,8 @@ def test_a_report_round_trips_and_bad_ones_are_refused_naming_the_field():
         ({"shard": "s/a", "seq": "12", "behindMs": 0, "throttled": -2}, "throttled"),
         ({"shard": "s/a", "seq": "12", "behindMs": 0, "rate": {"level": 1.0, "at": "x"}}, "at"),
         ({"shard": "s/a", "seq": "12", "behindMs": 0, "rate": [1]}, "read-rate state"),
+        ({"shard": "s/a", "seq": "12", "behindMs": 0, "subscribedAt": "now"}, "subscribedAt"),
+        ({"shard": "s/a", "seq": "12", "behindMs": 0, "subscribedAt": -1}, "subscribedAt"),
     ):
         with pytest.raises(ValueError, match=word):
             TipReport.from_json(bad)
@@ -244,5 +246,26 @@ def test_ranges_get_their_size_when_reports_and_probes_saw_every_record():
         wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[149][0]),
                  timeout=10, what="the tip past the backlog")
         assert tips.count(A, end.shards[A], recs[149][0]) is None
+    finally:
+        planner.close()
+
+
+def test_fan_out_holds_a_shard_until_kinesis_allows_its_next_subscription():
+    recs = log_of(40)
+    fake = TimedFake({"a": FakeShard(recs[:10])})
+    planner = reporting_planner(fake, consumerMode="efo")
+    try:
+        start = trim_horizon(A)
+        end = planner.latest_offset(start)
+        _, address = planner.hand_over(plan_ranges(start, end))
+        fake.shards["a"].records.extend(recs[10:20])
+        subscribed = time.time() - 4.5  # the read subscribed 4.5 s ago
+        assert sender.send_reports(address, [TipReport(A, recs[9][0], 0, None, subscribed_at=subscribed)])
+        assert planner.latest_offset(end).shards[A] == end.shards[A], "planned within Kinesis' 5 s"
+        moved = wait_for(lambda: (o := planner.latest_offset(end)).shards[A] != end.shards[A] and o,
+                         timeout=10, what="the shard's next range")
+        assert time.time() >= subscribed + 5.0
+        # probes went on while the shard was held: its end is the newest record
+        assert moved.shards[A] == Position.after(recs[19][0])
     finally:
         planner.close()
