@@ -183,6 +183,37 @@ def test_subscribe_reads_what_get_records_reads(efo_server, client, backing_clie
     wait_for(lambda: efo_server.live_subscriptions() == 0, timeout=10, what="subscriptions closed")
 
 
+@pytest.mark.parametrize("chunk", [7, 1000])
+def test_messages_cut_across_http_chunks_read_the_same(chunk, efo_server, client, backing_client, filled):
+    """Kinesis' HTTP chunks need not follow message boundaries: a message may span chunks, and a
+    chunk may end one message and start the next."""
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    efo_server.chunk_bytes = chunk
+    for rng in _all_ranges(backing_client, stream, by_shard)[:2]:
+        reader = Reader(client, arn, rng)
+        _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
+        assert reader.subscriptions == 1 and reader.failures == 0
+
+
+def test_two_consumers_read_one_shard_at_once(efo_server, client, backing_client, filled):
+    """Two applications' consumers on one shard: each subscription gets every record."""
+    import threading
+
+    stream, by_shard = filled
+    rng = _all_ranges(backing_client, stream, by_shard)[1]
+    readers = [Reader(client, _consumer(client, stream), rng) for _ in range(2)]
+    got: list[list[dict]] = [[], []]
+    threads = [threading.Thread(target=lambda i=i: got[i].extend(_read(readers[i]))) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for records in got:
+        _assert_reads(records, rng, backing_client, by_shard[rng.shard_id])
+    assert [r.failures for r in readers] == [0, 0]
+
+
 def test_resubscribes_when_subscriptions_end(efo_server, client, backing_client, filled):
     stream, by_shard = filled
     arn = _consumer(client, stream)

@@ -229,6 +229,7 @@ class EfoServer:
         self.child_shards_on_end = True
         self.end_behind_ms = 0
         self.updating_until = 0.0  # time.time() until which every stream is UPDATING
+        self.chunk_bytes: int | None = None  # HTTP chunks of this size, cutting across messages
         # Whether a CREATING consumer refuses DeregisterStreamConsumer (not documented by AWS).
         self.refuse_deregistering_creating = False
         self.subscribe_calls: list[SubscribeCall] = []
@@ -577,11 +578,22 @@ class EfoServer:
                 self.close_connection = True
                 try:
                     # One HTTP chunk per message, flushed at once: botocore reads chunks as
-                    # they come, so the reader sees every event without waiting for more.
+                    # they come, so the reader sees every event without waiting for more. With
+                    # ``chunk_bytes``, chunks of that size cut across messages instead: a message
+                    # split over chunks, and a chunk holding the end of one message and the start
+                    # of the next (a message's tail then waits for the next message).
                     start = req.get("StartingPosition") or {}
+                    size, carry = server.chunk_bytes, b""
                     for frame in server._events(sub, stream, iterator, start):
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+                        data = carry + frame
+                        cut = len(data) - len(data) % size if size else len(data)
+                        carry = data[cut:]
+                        for i in range(0, cut, size or cut or 1):
+                            piece = data[i:i + (size or cut)]
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                         self.wfile.flush()
+                    if carry:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(carry), carry))
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
