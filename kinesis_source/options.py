@@ -239,8 +239,9 @@ class SourceOptions:
         "polling",
         "`polling` reads with `GetRecords` (shares the shard's 2 MB/s with other readers); "
         "`efo` reads each range with enhanced fan-out `SubscribeToShard` through a registered "
-        "consumer (its own 2 MB/s per shard; costs extra; wants triggers of 5 s or more, as "
-        "Kinesis refuses a new subscription of one consumer and shard within 5 s of the last).",
+        "consumer (its own 2 MB/s per shard; costs extra). Kinesis refuses a new subscription "
+        "of one consumer and shard within 5 s of the last, and each batch's range of a shard is "
+        "one: a shard read by fan-out joins a batch at most every 5 s.",
         one_of("polling", "efo"),
     )
     consumer_name: str | None = _option(
