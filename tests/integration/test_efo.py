@@ -196,6 +196,26 @@ def test_messages_cut_across_http_chunks_read_the_same(chunk, efo_server, client
         assert reader.subscriptions == 1 and reader.failures == 0
 
 
+def test_kpl_aggregates_over_fan_out_expand_to_the_user_records_put(efo_server, client, make_stream, kinesis):
+    """Aggregates made by aws-kinesis-agg, read by subscription from inside one: the user
+    records after the start, in order, each with its own partition key."""
+    from tests.support.aggregates import aggregate
+
+    stream = make_stream(1)
+    shard = kinesis.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
+    users = [[(f"k{a}-{u}", f"agg{a}-user{u}".encode()) for u in range(5)] for a in range(4)]
+    seqs = []
+    for group in users:
+        key, data = aggregate(group)
+        seqs.append(kinesis.put_record(StreamName=stream, Data=data, PartitionKey=key)["SequenceNumber"])
+    rng = ShardRange(stream, shard, Position.after(seqs[1], 2), seqs[3])  # after user record 2 of #1
+    got = user_records(_read(Reader(client, _consumer(client, stream), rng)), rng, "fail")
+    want = users[1][3:] + users[2] + users[3]
+    assert [(r["PartitionKey"], r["Data"]) for r in got] == want
+    assert [(r["SequenceNumber"], r["SubSequenceNumber"]) for r in got] == (
+        [(seqs[1], i) for i in (3, 4)] + [(seqs[n], i) for n in (2, 3) for i in range(5)])
+
+
 def test_two_consumers_read_one_shard_at_once(efo_server, client, backing_client, filled):
     """Two applications' consumers on one shard: each subscription gets every record."""
     import threading
