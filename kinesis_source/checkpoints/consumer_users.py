@@ -84,6 +84,11 @@ class ConsumerUsers:
             raise
         return True
 
+    def clear(self) -> None:
+        """Forget every user (the consumer was deregistered by hand)."""
+        for user in self.users():
+            self._client.delete_item(TableName=self._table, Key=self._key(user.application))
+
     def users(self) -> list[ConsumerUser]:
         """Every run recorded as using the consumer (consistent read)."""
         found: list[ConsumerUser] = []

@@ -67,15 +67,9 @@ def _produce(args: argparse.Namespace) -> int:
 
 
 def _deregister(args: argparse.Namespace) -> int:
-    from kinesis_source.driver.consumers import deregister_consumer
+    from kinesis_source.tools.consumers import deregister
 
-    client = _settings(args).boto3_client("kinesis")
-    for stream in args.stream:
-        if deregister_consumer(client, stream, args.name, timeout_s=args.wait):
-            print(f"deregistered EFO consumer {args.name} of stream {stream}")
-        else:
-            print(f"stream {stream} has no EFO consumer {args.name}")
-    return 0
+    return deregister(args, _settings(args))
 
 
 def _settings(args: argparse.Namespace) -> AwsSettings:
@@ -376,6 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
     dereg.add_argument("--stream", required=True, action="append", help="stream (repeatable)")
     dereg.add_argument("--name", required=True, help="the consumer name (consumerName option)")
     dereg.add_argument("--wait", type=float, default=None, help="seconds to wait until it is gone")
+    dereg.add_argument("--table", default=DEFAULT_TABLE,
+                       help="the checkpoint table whose query runs record themselves as the consumer's users")
+    dereg.add_argument("--force", action="store_true",
+                       help="deregister even while runs are recorded as using the consumer")
     dereg.add_argument("--endpoint-url", help="Kinesis endpoint URL (local servers)")
     dereg.add_argument("--region", help="AWS region (default: the boto3 chain)")
     dereg.add_argument("--profile", help="AWS profile")

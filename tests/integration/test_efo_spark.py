@@ -89,6 +89,37 @@ def test_cli_deregisters_a_consumer_left_behind(kinesis_backend, make_stream, ca
         assert "has no EFO consumer left-behind" in capsys.readouterr().out
 
 
+@pytest.mark.backends("moto")
+def test_cli_leaves_a_consumer_a_run_is_recorded_using_unless_forced(kinesis_backend, make_stream, capsys):
+    import boto3
+
+    from kinesis_source.checkpoints.consumer_users import ConsumerUsers
+    from kinesis_source.checkpoints.store import CheckpointStore
+    from kinesis_source.driver import consumers
+    from kinesis_source.tools.cli import main
+
+    stream = make_stream(1)
+    with EfoServer(kinesis_backend, activation_delay_s=0.1) as server:
+        client = server_client(server.url)
+        ddb = boto3.client("dynamodb", endpoint_url=server.url, region_name="us-east-1")
+        table = "cli-users-" + stream
+        CheckpointStore(ddb, table, "any").ensure_table(create=True)
+        consumers.ensure_consumer(client, stream, "in-use", timeout_s=30, poll_s=0.1)
+        users = ConsumerUsers(ddb, table, consumers.stream_arn(client, stream), "in-use")
+        users.join("running-app", 3, "host-9")
+        args = ["consumers", "deregister", "--stream", stream, "--name", "in-use", "--table", table,
+                "--endpoint-url", server.url, "--region", "us-east-1"]
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert "not deregistering EFO consumer in-use" in err and "application 'running-app'" in err
+        assert "--force" in err
+        assert [c["ConsumerName"] for c in consumers_of(client, stream)] == ["in-use"]
+        assert main([*args, "--force"]) == 0
+        assert "deregistered EFO consumer in-use" in capsys.readouterr().out
+        assert users.users() == []
+        wait_for(lambda: not consumers_of(client, stream), timeout=30, what="consumer gone")
+
+
 def planner_processes() -> set[int]:
     """PIDs of the Python processes that plan a streaming source (one per running query)."""
     from pathlib import Path
