@@ -121,18 +121,30 @@ def test_cli_leaves_a_consumer_a_run_is_recorded_using_unless_forced(kinesis_bac
 
 
 def planner_processes() -> set[int]:
-    """PIDs of the Python processes that plan a streaming source (one per running query)."""
+    """PIDs of the Python processes that plan a streaming source for this process's Spark (one
+    per running query; other Spark applications on the machine have their own)."""
+    import os
     from pathlib import Path
+
+    def parent(pid: int) -> int:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+        return int(stat.rpartition(")")[2].split()[1])
+
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            if pid == os.getpid():
+                return True
+            pid = parent(pid)
+        return False
 
     pids = set()
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                cmdline = (proc / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"python_streaming_source_runner" in cmdline:
-                pids.add(int(proc.name))
+                if b"python_streaming_source_runner" in (proc / "cmdline").read_bytes() and ours(int(proc.name)):
+                    pids.add(int(proc.name))
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
     return pids
 
 

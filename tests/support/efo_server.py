@@ -235,6 +235,7 @@ class EfoServer:
         self.subscribe_calls: list[SubscribeCall] = []
         self.calls: dict[str, int] = {}
         self._errors: list[list[Any]] = []  # [code, after_events, times left]
+        self.injected: dict[str, int] = {}  # faults that happened, by code (or drop/stall)
         self._consumers: dict[str, _Consumer] = {}  # by ARN
         self._live: dict[tuple[str, str], _Subscription] = {}
         self._last_subscribe: dict[tuple[str, str], float] = {}
@@ -302,6 +303,7 @@ class EfoServer:
                 code, after, left = rule
                 if left > 0 and events >= after:
                     rule[2] -= 1
+                    self.injected[code] = self.injected.get(code, 0) + 1
                     return code
         return None
 
