@@ -57,6 +57,7 @@ class Outcome:
     in_flight: dict[str, int] = field(default_factory=dict)  # restart run -> its bound
     replays_identical: int = 0
     replays_by_run: dict[str, int] = field(default_factory=dict)  # run -> identical replays
+    delivering_runs: set[str] = field(default_factory=set)  # runs that delivered a batch
 
     def figures(self) -> dict[str, Any]:
         keep = [r for k, r in zip(self.kills, self.runs[1:], strict=False) if k.keep_checkpoint_next]
@@ -191,6 +192,8 @@ def _bounds(outcome: Outcome, deliveries: list[Delivery], runs: list[str]) -> No
     outcome.beyond_bound = []  # type: ignore[attr-defined]
     for i, run in enumerate(runs):
         mine = by_run[run]
+        if mine:
+            outcome.delivering_runs.add(run)
         kept = i > 0 and i % 2 == 1
         if i > 0:
             rows = {key for d in mine for key in d.rows}
@@ -225,10 +228,12 @@ def _bounds(outcome: Outcome, deliveries: list[Delivery], runs: list[str]) -> No
 def replays_due(outcome: Outcome) -> list[str]:
     """The restarts that must have replayed a batch identically: those keeping the Spark
     checkpoint after a kill aimed inside the sink (the batch's rows were delivered, its
-    delivery file written, and Spark's commit of the batch not: the restart runs it again)."""
+    delivery file written, and Spark's commit of the batch not: the restart runs it again),
+    and that delivered any batch before they were killed in turn (the replay comes first; a
+    restart killed before its first delivery, as slow fan-out starts can be, shows nothing)."""
     return [
         run for kill, run in zip(outcome.kills, outcome.runs[1:], strict=False)
-        if kill.hit in SINK_PHASES and kill.keep_checkpoint_next
+        if kill.hit in SINK_PHASES and kill.keep_checkpoint_next and run in outcome.delivering_runs
     ]
 
 

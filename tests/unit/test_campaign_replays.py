@@ -67,3 +67,15 @@ def test_no_replay_is_required_where_none_was_due():
     outcome = campaign_outcome(kills, [d("run00", 0, (A, "1")), d("run01", 1, (A, "2"))], runs)
     assert replays_due(outcome) == []
     assert_replayed_where_due(outcome)
+
+
+def test_a_restart_killed_before_its_first_delivery_owes_no_replay_it_could_not_show():
+    from tests.chaos.campaign import assert_replayed_where_due, replays_due
+
+    runs = ["run00", "run01", "run02"]
+    # run01 keeps the checkpoint after a sink kill, and is killed before delivering anything
+    # (a slow fan-out start): its replay cannot be seen, run02 drops the checkpoint
+    kills = [kill("run00", "sink-before-db", True), kill("run01", "partitions", False)]
+    outcome = campaign_outcome(kills, [d("run00", 0, (A, "1")), d("run02", 0, (A, "1"), (A, "2"))], runs)
+    assert replays_due(outcome) == []
+    assert_replayed_where_due(outcome)
