@@ -9,7 +9,8 @@ before its call (epoch seconds). The query (Spark's default trigger, ``initialPo
 default options but endpoints, credentials and ``consumerMode``) writes into ``foreachBatch``,
 which collects the batch's rows: a row's *latency* is the time its batch was collected less its
 put time. A shard's *batch period* is the time between two batches that held its rows. Both are
-measured over ``MEASURE_S`` (``--quick``: ``QUICK_MEASURE_S``) after ``WARMUP_S``. With fan-out
+measured over ``MEASURE_S`` (``--quick``: ``QUICK_MEASURE_S``), ``WARMUP_S`` after every shard's
+first rows reached the sink. With fan-out
 the server's refused subscriptions in that window are counted too.
 
     python -m benchmarks.latency [--quick]
@@ -24,10 +25,11 @@ import time
 from typing import Any
 
 from benchmarks.common import create_stream, settings, shard_hash_keys, source_options
+from tests.support.waiting import wait_for
 
 SHARDS = 4
 RATE = 10  # records a second per shard
-WARMUP_S = 15.0
+WARMUP_S = 10.0  # after every shard's first rows
 MEASURE_S = 90.0
 QUICK_MEASURE_S = 30.0
 
@@ -78,6 +80,11 @@ class Sink:
         with self._lock:
             self.rows.extend((now, r.shardId, float(bytes(r.data).decode())) for r in got)
 
+    def delivered_after(self, put: float) -> int:
+        """How many shards delivered a row put after ``put``."""
+        with self._lock:
+            return len({shard for _, shard, at in self.rows if at > put})
+
     def window(self, since: float, until: float) -> list[tuple[float, str, float]]:
         with self._lock:
             return [r for r in self.rows if since <= r[2] < until]
@@ -126,17 +133,24 @@ def measure(spark: Any, url: str, mode: str, measure_s: float) -> dict[str, Any]
         query = reader.load().writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint).start()
         try:
             with Producer(client, stream, keys):
-                time.sleep(WARMUP_S)  # the query starts, registers its consumer, finds the tip
+                # the query starts (registers its consumer, finds the tips) and every shard
+                # delivers; then WARMUP_S more, so the window holds steady state only
+                wait_for(lambda: sink.delivered_after(0.0) == SHARDS, timeout=180,
+                         what="every shard's first rows")
+                time.sleep(WARMUP_S)
                 since = time.time()
-                refused_before = dict(getattr(server, "refused", {}))
+                refused_before = dict(server.refused)
                 subscribed_before = server.subscriptions
                 called_before = server.calls.get("SubscribeToShard", 0)
-                time.sleep(measure_s)
+                time.sleep(measure_s)  # the measured window
                 until = time.time()
-                refused = {k: v - refused_before.get(k, 0) for k, v in getattr(server, "refused", {}).items()}
+                refused = {k: v - refused_before.get(k, 0) for k, v in server.refused.items()}
                 subscriptions = server.subscriptions - subscribed_before
                 calls = server.calls.get("SubscribeToShard", 0) - called_before
-                time.sleep(15.0)  # the window's last records reach the sink
+                # a shard's rows arrive in order: once one put after the window is in, all of
+                # the window's are
+                wait_for(lambda: sink.delivered_after(until) == SHARDS, timeout=120,
+                         what="the window's last rows")
             rows = sink.window(since, until)
         finally:
             query.stop()
