@@ -23,6 +23,9 @@ Knobs that make it behave like Kinesis does over a long run:
   continuation is null in every case, and never null before);
 - ``update_streams(seconds)``: streams are UPDATING for a while (RegisterStreamConsumer refused
   with ``ResourceInUseException``, as Kinesis does during a reshard);
+- ``refuse_deregistering_creating``: a CREATING consumer refuses ``DeregisterStreamConsumer``
+  with ``ResourceInUseException`` (AWS does not say whether Kinesis does; a reader must cope);
+- ``chunk_bytes``: HTTP chunks of that size, cutting across event-stream messages;
 - ``in_use_window_s`` (5 s, as Kinesis): a second SubscribeToShard of one consumer and shard
   within that window of the previous successful one is refused with ``ResourceInUseException``;
   after it, the new subscription takes over and the old one gets a ``ResourceInUseException``
@@ -30,7 +33,8 @@ Knobs that make it behave like Kinesis does over a long run:
   the same consumer and shard, refused or not, gets ``LimitExceededException``. ``refused``
   counts both.
 
-``subscriptions`` counts successful SubscribeToShard calls; ``calls`` counts every operation.
+``subscriptions`` counts successful SubscribeToShard calls; ``calls`` counts every operation;
+``injected`` the faults that happened, by kind.
 Listens on 127.0.0.1 only.
 """
 
