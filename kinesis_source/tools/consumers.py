@@ -8,6 +8,7 @@ import sys
 from botocore.exceptions import ClientError
 
 from kinesis_source.aws.clients import AwsSettings, error_code
+from kinesis_source.aws.kinesis import NOT_FOUND
 from kinesis_source.checkpoints.consumer_users import ConsumerUser, ConsumerUsers
 from kinesis_source.driver.consumers import deregister_consumer, stream_arn
 
@@ -41,6 +42,6 @@ def _recorded_users(users: ConsumerUsers) -> list[ConsumerUser]:
     try:
         return users.users()
     except ClientError as exc:
-        if error_code(exc) == "ResourceNotFoundException":
+        if error_code(exc) == NOT_FOUND:  # the checkpoint table does not exist
             return []
         raise
