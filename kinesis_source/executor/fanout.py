@@ -168,9 +168,12 @@ class SubscribeRangeReader(RangeReaderBase):
                 StartingPosition=starting_position(position),
             )
         except ClientError as exc:
-            if error_code(exc) != NOT_FOUND:
-                raise
-            raise self._not_found(exc) from exc
+            code = error_code(exc)
+            # A consumer being deleted refuses subscriptions as "in use": no wait makes it usable
+            # again, so that refusal is told apart from Kinesis' per-shard rules, not retried.
+            if code == NOT_FOUND or (code == IN_USE and not self._consumer_exists()):
+                raise self._not_found(exc) from exc
+            raise
         with _last_lock:
             _last_subscribed[key] = time.monotonic()
         self.subscribed_at = time.time()

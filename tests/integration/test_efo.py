@@ -395,6 +395,27 @@ def test_a_consumer_deregistered_mid_read_is_named(efo_server, client, backing_c
     assert arn in str(err.value) and "deregistered while the query ran" in str(err.value)
 
 
+def test_a_subscription_refused_because_the_consumer_is_being_deleted_is_named_at_once(
+    efo_server, client, backing_client, filled
+):
+    """Found by chaos scenario 10: a consumer being deleted refuses SubscribeToShard with
+    ResourceInUseException, which the reader took for Kinesis' 5-second rule and retried each
+    second until its attempts ran out, then failed with botocore's bare error."""
+    from kinesis_source.errors import KinesisSourceError
+
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    rng = _all_ranges(backing_client, stream, by_shard)[0]
+    efo_server.deletion_delay_s = 60.0  # DELETING for longer than the test
+    client.deregister_stream_consumer(ConsumerARN=arn)
+    before = efo_server.calls.get("SubscribeToShard", 0)
+    reader = Reader(client, arn, rng, retry_wait_s=0.01)
+    with pytest.raises(KinesisSourceError, match="the consumer was not found") as err:
+        list(reader.pages())
+    assert arn in str(err.value) and "Restarting the query registers it again" in str(err.value)
+    assert efo_server.calls.get("SubscribeToShard", 0) - before == 1  # not retried
+
+
 def test_kms_errors_inside_the_stream_name_the_permission(efo_server, client, backing_client, filled):
     from kinesis_source.errors import KinesisSourceError
 
