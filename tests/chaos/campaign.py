@@ -7,6 +7,7 @@ import json
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from tests.chaos.chaos_source import PAUSE_PHASES
 from tests.chaos.driver import SINK_PHASES, ChaosDriver
 from tests.chaos.harness import BackgroundProducer
 from tests.chaos.recipe import sink_records, skipped_rows
-from tests.support.checker import Delivery, Report, check, load_deliveries, per_shard
+from tests.support.checker import Delivery, Report, check, key_order_violations, load_deliveries, per_shard
 from tests.support.committed import stored, tips
 from tests.support.regression import RegressionWatch
 from tests.support.waiting import wait_for
@@ -58,6 +59,7 @@ class Outcome:
     replays_identical: int = 0
     replays_by_run: dict[str, int] = field(default_factory=dict)  # run -> identical replays
     delivering_runs: set[str] = field(default_factory=set)  # runs that delivered a batch
+    out_of_key_order: int = 0  # rows after a later-put row of their partition key, within a run
 
     def figures(self) -> dict[str, Any]:
         keep = [r for k, r in zip(self.kills, self.runs[1:], strict=False) if k.keep_checkpoint_next]
@@ -74,6 +76,7 @@ class Outcome:
             "invented": totals["invented"],
             "duplicated": totals["duplicated"],
             "out_of_order": totals["out_of_order"],
+            "out_of_key_order": self.out_of_key_order,
             "duplicated_after_keep": sum(self.redelivered.get(r, 0) for r in keep),
             "duplicated_after_drop": sum(self.redelivered.get(r, 0) for r in drop),
             "max_in_flight_bound": max(self.in_flight.values(), default=0),
@@ -94,17 +97,25 @@ def run_campaign(
     kills: int,
     rng: random.Random,
     masters: dict[int, str] | None = None,
-    hooks: dict[int, Any] | None = None,
+    hooks: dict[int, Callable[[ChaosDriver], bool | None]] | None = None,
+    between: Callable[[int], None] | None = None,
+    settled: Callable[[dict[ShardId, Any], list], bool] | None = None,
+    producer: BackgroundProducer | None = None,
     startup_timeout: float = 240,
 ) -> Outcome:
     """Produce continuously; run ``kills + 1`` drivers, SIGKILLing all but the last at a
     random point; the last one drains. Run i runs on ``masters[i]`` (default ``local[2,4]``)
-    and, once started, calls ``hooks[i](driver)`` before it is killed. Returns the counted
-    outcome (asserts nothing)."""
+    and, once started, calls ``hooks[i](driver)`` before it is killed: a hook that returns True
+    has the run killed at once instead of at a seeded target. ``between(i)`` runs after kill i,
+    before the restart (the query is down). The drained stream is settled when
+    ``settled(stored positions, records sent)`` holds (default: DynamoDB holds every written
+    shard's tip). ``producer`` (started here) defaults to numbered records in bursts of 20 every
+    0.5 s. Returns the counted outcome (asserts nothing)."""
     masters, hooks = masters or {}, hooks or {}
     app = options["applicationName"]
     db = out / "sink.db"
-    producer = BackgroundProducer(kinesis, stream, burst=20, interval=0.5).start()
+    producer = (producer or BackgroundProducer(kinesis, stream, burst=20, interval=0.5)).start()
+    settled = settled or (lambda table, sent: _at_tips(stream, table, sent))
     watch = RegressionWatch(ddb, app)
     runs: list[str] = []
     kill_log: list[Kill] = []
@@ -120,10 +131,16 @@ def run_campaign(
             driver = ChaosDriver(run, out, out / f"ck{ck}", options, master=masters.get(i, "local[2,4]"), db=db)
             wait_for(lambda driver=driver: driver.check_alive() and driver.started(), timeout=startup_timeout,
                      what=f"driver {run} to start")
-            if i in hooks:
-                hooks[i](driver)
+            kill_now = bool(hooks[i](driver)) if i in hooks else False
             if i == kills:
                 break
+            if kill_now:
+                kill_log.append(Kill(run, "hook", driver.phase_now(), round(time.monotonic() - driver.started_at, 1),
+                                     masters.get(i, "local[2,4]"), keep_checkpoint_next=(i + 1) % 2 == 1))
+                driver.kill()
+                if between is not None:
+                    between(i)
+                continue
             target = rng.choice(TARGET_GROUPS[i % len(TARGET_GROUPS)])
             delay = rng.uniform(0.5, 8.0) if target == "random" else rng.uniform(0.0, 3.0)
             deadline = time.monotonic() + delay
@@ -138,6 +155,8 @@ def run_campaign(
             driver.kill()
             kill_log.append(Kill(run, target, hit, round(after, 1), masters.get(i, "local[2,4]"),
                                  keep_checkpoint_next=(i + 1) % 2 == 1))
+            if between is not None:
+                between(i)
         sent = producer.stop()
         want = {(p.shard_id, p.seq) for p in sent}
         final = driver
@@ -149,8 +168,7 @@ def run_campaign(
             return want <= got
 
         wait_for(drained, timeout=300, interval=0.5, what="the last run to drain the stream")
-        tip = {ShardId(stream, sh): pos for sh, pos in tips(sent).items()}
-        wait_for(lambda: final.check_alive() and {k: v for k, v in stored(ddb, app).items() if k in tip} == tip,
+        wait_for(lambda: final.check_alive() and settled(stored(ddb, app), sent),
                  timeout=120, what="DynamoDB to hold every shard's tip")
     finally:
         producer.stop() if producer.error is None else None
@@ -172,11 +190,17 @@ def run_campaign(
         sink_rows=len(rows),
         sink_duplicates=sum(n - 1 for n in keyed.values()),
         sink_skipped=skipped_rows(db),
+        out_of_key_order=key_order_violations(sent, deliveries),
     )
     _bounds(outcome, deliveries, runs)
     if {(r[1], r[2]) for r in rows} != want:
         raise AssertionError("the exactly-once sink does not hold exactly the records put")
     return outcome
+
+
+def _at_tips(stream: str, table: dict[ShardId, Any], sent: list) -> bool:
+    tip = {ShardId(stream, sh): pos for sh, pos in tips(sent).items()}
+    return {k: v for k, v in table.items() if k in tip} == tip
 
 
 def _bounds(outcome: Outcome, deliveries: list[Delivery], runs: list[str]) -> None:

@@ -7,6 +7,9 @@
   30 s long).
 - ``KDDB_CHAOS_SEED``: the seed of every random choice (default: a new one, printed).
 - ``KDDB_CHAOS_REPORT``: a file the figures are also written to (JSON lines).
+- ``KDDB_CHAOS_BACKENDS=both``: every scenario that can runs on moto *and* kinesis-local (the
+  long form does so by default); the bounded form runs each on one implementation, to stay in
+  CI's time.
 """
 
 from __future__ import annotations
@@ -26,7 +29,15 @@ OUTAGE_S = float(os.environ.get("KDDB_CHAOS_OUTAGE_S", "30" if LONG else "10"))
 FENCING_ROUNDS = 3 if LONG else 1
 SEED = int(os.environ.get("KDDB_CHAOS_SEED") or random.SystemRandom().randrange(1, 10**6))
 
+BOTH_BACKENDS = LONG or os.environ.get("KDDB_CHAOS_BACKENDS") == "both"
+
 FIGURES: list[dict[str, Any]] = []
+
+
+def backends(bounded: str) -> tuple[str, ...]:
+    """The Kinesis implementations a scenario runs on: ``bounded`` in the bounded form, both
+    with ``KDDB_CHAOS_BACKENDS=both`` or in the long form."""
+    return ("moto", "kinesis-local") if BOTH_BACKENDS else (bounded,)
 
 
 def publish(scenario: str, **figures: Any) -> None:
@@ -55,6 +66,7 @@ class BackgroundProducer:
     tag: str = "c"
     _producer: Producer = field(init=False)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _paused: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     error: BaseException | None = None
 
@@ -66,7 +78,8 @@ class BackgroundProducer:
         try:
             while not self._stop.wait(self.interval):
                 with self._lock:
-                    self._producer.put(self.burst, burst=self.burst)
+                    if not self._paused.is_set():
+                        self._producer.put(self.burst, burst=self.burst)
         except BaseException as exc:  # noqa: BLE001 - reported by stop()
             self.error = exc
 
@@ -74,6 +87,14 @@ class BackgroundProducer:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
+
+    def pause(self) -> None:
+        """Put nothing until :meth:`resume` (a burst under way completes first)."""
+        with self._lock:
+            self._paused.set()
+
+    def resume(self) -> None:
+        self._paused.clear()
 
     def put(self, count: int) -> list[Put]:
         with self._lock:

@@ -17,7 +17,7 @@ from tests.support.checker import load_deliveries
 from tests.support.quota import Neighbour, QuotaProxy, Quotas, as_users_run
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.backends("moto")]
+pytestmark = [pytest.mark.spark, pytest.mark.backends(*harness.backends("moto"))]
 
 
 def assert_campaign(outcome, seed):
@@ -26,6 +26,7 @@ def assert_campaign(outcome, seed):
     assert totals["lost"] == 0, f"records lost\n{why}"
     assert totals["invented"] == 0, f"records invented\n{why}"
     assert totals["out_of_order"] == 0, f"records out of order within a run\n{why}"
+    assert outcome.out_of_key_order == 0, f"records out of their partition key's order within a run\n{why}"
     assert outcome.beyond_bound == [], f"{outcome.beyond_bound}\n{why}"
     assert outcome.mismatched_replays == [], f"{outcome.mismatched_replays}\n{why}"
     assert_replayed_where_due(outcome, why)

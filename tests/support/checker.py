@@ -8,7 +8,10 @@ driver processes, in the order they ran; within a run, deliveries are in batch o
 - **invented**: delivered, never put;
 - **duplicated**: deliveries beyond the first of a record;
 - **out of order**: within one run, a shard's rows (concatenated over its batches) that come
-  after a row with a higher sequence number (a restart may go back; a run may not).
+  after a row with a higher sequence number (a restart may go back; a run may not);
+- **out of key order** (:func:`key_order_violations`): within one run, a partition key's rows that
+  come after a row of the same key put later, across shards: a child's record delivered before
+  its parent's is one.
 """
 
 from __future__ import annotations
@@ -118,3 +121,27 @@ def check(sent: Iterable[Key], deliveries: list[Delivery]) -> Report:
     for key in set(counts) - sent_set:
         report.shards[key[0]].invented += 1
     return report
+
+
+def key_order_violations(sent: Iterable[Any], deliveries: list[Delivery]) -> int:
+    """Rows delivered, within one run, after a row of the same partition key that was put later.
+
+    ``sent`` are the producer's puts (``shard_id``, ``seq``, ``partition_key``) in the order they
+    were put; one producer puts a key's records in order, so that order is the key's. Rows not
+    put are the checker's ``invented`` and skipped here."""
+    put_at: dict[Key, tuple[str, int]] = {
+        (p.shard_id, p.seq): (p.partition_key, i) for i, p in enumerate(sent)
+    }
+    violations = 0
+    last: dict[tuple[str, str], int] = {}  # (run, partition key) -> put index
+    for d in deliveries:
+        for row in d.rows:
+            found = put_at.get(row)
+            if found is None:
+                continue
+            key, index = found
+            prev = last.get((d.run, key))
+            if prev is not None and index < prev:
+                violations += 1
+            last[(d.run, key)] = max(index, prev if prev is not None else index)
+    return violations

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 
-from tests.support.checker import Delivery, ShardFigures, check, load_deliveries
+from tests.support.checker import Delivery, ShardFigures, check, key_order_violations, load_deliveries
+from tests.support.producer import Put
 
 A, B = "shardId-000000000000", "shardId-000000000001"
 
@@ -115,3 +116,23 @@ def test_a_replay_is_the_same_rows_in_the_same_order_per_shard():
     assert per_shard(first) == per_shard(interleaved_otherwise)
     assert per_shard(first) != per_shard([("a", "2"), ("a", "1"), ("b", "7"), ("b", "8")])
     assert per_shard(first) != per_shard(first[:3])
+
+
+# a parent A (split) with child B: key "k" was put on A at 1, 2, then on B at 7, 8; key "j" on B
+KEYED = [Put(b"", "k", A, "1"), Put(b"", "k", A, "2"), Put(b"", "j", B, "5"),
+         Put(b"", "k", B, "7"), Put(b"", "k", B, "8")]
+
+
+def test_a_child_record_before_its_parents_is_out_of_key_order_within_a_run_only():
+    in_order = [d("run00", 0, (A, "1"), (B, "5")), d("run00", 1, (A, "2")), d("run00", 2, (B, "7"), (B, "8"))]
+    assert key_order_violations(KEYED, in_order) == 0
+    # the child's first record of "k" in the batch before the parent's last: one violation
+    child_first = [d("run00", 0, (A, "1"), (B, "7")), d("run00", 1, (A, "2"), (B, "8"))]
+    assert key_order_violations(KEYED, child_first) == 1
+    # each row after the key's highest so far counts once, like the per-shard check
+    assert key_order_violations(KEYED, [d("run00", 0, (B, "8"), (A, "1"), (A, "2"), (B, "7"))]) == 3
+    # a restart may go back (the batch in flight again); another key never interferes
+    again = in_order + [d("run01", 2, (A, "2"), (B, "7"), (B, "8"))]
+    assert key_order_violations(KEYED, again) == 0
+    # rows never put are the checker's "invented", not key order
+    assert key_order_violations(KEYED, [d("run00", 0, (A, "9"), (A, "1"))]) == 0
