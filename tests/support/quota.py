@@ -276,8 +276,9 @@ def _densest(times: list[float], window_s: float) -> int:
 
 class Neighbour:
     """Another application: reads every shard's tip ``rate`` times a second (all shards each
-    round), without retries, so each refusal is seen; ``refused`` and ``calls`` count them
-    (``errors``: other failed calls, such as moto's 500 when a read races a write)."""
+    round; a shard's first call opens its LATEST iterator), without retries, so each refusal is
+    seen; ``refused`` and ``calls`` count them (``errors``: other failed calls, such as moto's
+    500 when a read races a write)."""
 
     def __init__(self, url: str, stream: str, shards: list[str], rate: float = 1.0) -> None:
         self._client = boto3.client(
@@ -292,15 +293,16 @@ class Neighbour:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        its = {}
-        for shard in self._shards:
-            its[shard] = self._client.get_shard_iterator(
-                StreamName=self._stream, ShardId=shard, ShardIteratorType="LATEST")["ShardIterator"]
+        its: dict[str, str] = {}
         while not self._stop.wait(self._pause):  # the neighbour's polling rate
             for shard in self._shards:
                 self.calls += 1
                 try:
-                    its[shard] = self._client.get_records(ShardIterator=its[shard])["NextShardIterator"]
+                    if shard not in its:  # opened in the loop: a refused opening is tried again
+                        its[shard] = self._client.get_shard_iterator(
+                            StreamName=self._stream, ShardId=shard, ShardIteratorType="LATEST")["ShardIterator"]
+                    else:
+                        its[shard] = self._client.get_records(ShardIterator=its[shard])["NextShardIterator"]
                 except ClientError as exc:
                     if exc.response["Error"]["Code"] == THROTTLED:
                         self.refused += 1
