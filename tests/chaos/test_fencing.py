@@ -16,7 +16,7 @@ from tests.support.regression import RegressionWatch
 from tests.support.spark_query import Collector, start_query, stop_quietly
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.backends("moto")]
+pytestmark = [pytest.mark.spark, pytest.mark.backends(*harness.backends("moto"))]
 
 
 @pytest.mark.parametrize("round_", range(harness.FENCING_ROUNDS))

@@ -19,7 +19,7 @@ from tests.support.regression import RegressionWatch
 from tests.support.spark_query import running
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.backends("moto")]
+pytestmark = [pytest.mark.spark, pytest.mark.backends(*harness.backends("moto"))]
 
 OPS = {
     "dynamodb": {"DescribeTable", "CreateTable", "UpdateItem", "Query", "TransactWriteItems", "GetItem", "PutItem"},
@@ -36,12 +36,13 @@ def keys(rows):
 
 @pytest.mark.parametrize("service", ["dynamodb", "kinesis"])
 def test_outage_within_retries_waits_and_resumes(
-    service, spark, kinesis, ddb, endpoint, make_stream, source_options, tmp_path
+    service, spark, kinesis, kinesis_backend, ddb, endpoint, make_stream, source_options, tmp_path
 ):
     stream = make_stream(2)
     producer = Producer(kinesis, stream)
     producer.put(200)
-    with FaultProxy(endpoint.url) as proxy:
+    # the proxy stands in front of the service that goes down (Kinesis: the backend under test)
+    with FaultProxy(kinesis_backend if service == "kinesis" else endpoint.url) as proxy:
         # 60 attempts of botocore's standard mode (5xx backoff: random up to 0.01 s * 2^n,
         # capped at 20 s) outlast a 30 s outage by far.
         options = {**source_options, "streamName": stream, ENDPOINT_OPTION[service]: proxy.url,
@@ -87,12 +88,13 @@ CASES = [("dynamodb", "5xx"), ("kinesis", "drop")]
 
 @pytest.mark.parametrize("service,mode", CASES)
 def test_outage_beyond_retries_fails_clearly_and_loses_nothing(
-    service, mode, spark, kinesis, ddb, endpoint, make_stream, source_options, tmp_path
+    service, mode, spark, kinesis, kinesis_backend, ddb, endpoint, make_stream, source_options, tmp_path
 ):
     stream = make_stream(2)
     producer = Producer(kinesis, stream)
     producer.put(100)
-    with FaultProxy(endpoint.url) as proxy:
+    # the proxy stands in front of the service that goes down (Kinesis: the backend under test)
+    with FaultProxy(kinesis_backend if service == "kinesis" else endpoint.url) as proxy:
         options = {**source_options, "streamName": stream, ENDPOINT_OPTION[service]: proxy.url,
                    "maxRetries": "2", "retryBaseDelayMs": "100"}
         app = options["applicationName"]
