@@ -22,6 +22,7 @@ class Resharder:
         self.error: BaseException | None = None
 
     def shards(self) -> list[dict]:
+        """Every shard of the stream, closed ones included (all ``ListShards`` pages)."""
         out, token = [], None
         while True:
             page = (self._kinesis.list_shards(NextToken=token) if token
@@ -37,6 +38,8 @@ class Resharder:
                       key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
 
     def split(self, shard: dict) -> None:
+        """Split ``shard`` (a ``ListShards`` entry) at the middle of its hash range; the caller
+        holds the lock or the thread is held (:meth:`hold`)."""
         lo, hi = int(shard["HashKeyRange"]["StartingHashKey"]), int(shard["HashKeyRange"]["EndingHashKey"])
         self._kinesis.split_shard(StreamName=self._stream, ShardToSplit=shard["ShardId"],
                                   NewStartingHashKey=str((lo + hi) // 2))

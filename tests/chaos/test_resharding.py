@@ -72,6 +72,7 @@ def test_driver_sigkills_while_resharding_lose_nothing_and_keep_key_order(
             the campaign then kills the driver at once and ``between`` splits a shard."""
             resharder.hold()
             producer.pause()
+
             def committed_all() -> bool:
                 driver.check_alive()
                 try:
@@ -109,7 +110,7 @@ def test_driver_sigkills_while_resharding_lose_nothing_and_keep_key_order(
         )
         done = list(resharder.done)
         shards = resharder.shards()
-    read = {sh for sh, _ in outcome.report.shards.items() if outcome.report.shards[sh].delivered}
+    read = {shard for shard, figures in outcome.report.shards.items() if figures.delivered}
     children_read = [s["ShardId"] for s in shards if s.get("ParentShardId") and s["ShardId"] in read]
     harness.publish(
         "reshard-sigkill", backend="kinesis-local",
