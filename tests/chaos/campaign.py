@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kinesis_source.positions import ShardId
+from kinesis_source.errors import CheckpointError
+from kinesis_source.positions import AFTER, AT, Position, ShardId, seq_key
 from tests.chaos.chaos_source import PAUSE_PHASES
 from tests.chaos.driver import SINK_PHASES, ChaosDriver
 from tests.chaos.harness import BackgroundProducer
@@ -60,6 +61,11 @@ class Outcome:
     replays_by_run: dict[str, int] = field(default_factory=dict)  # run -> identical replays
     delivering_runs: set[str] = field(default_factory=set)  # runs that delivered a batch
     out_of_key_order: int = 0  # rows after a later-put row of their partition key, within a run
+    # restart run -> shard -> the position DynamoDB held when it started
+    committed_at_start: dict[str, dict[str, Position]] = field(default_factory=dict)
+    # checkpoint-dropping restart -> rows read again from before its in-flight batch, that no
+    # run had committed (runs killed before their first commit leave such rows behind)
+    uncommitted_older: dict[str, int] = field(default_factory=dict)
 
     def figures(self) -> dict[str, Any]:
         keep = [r for k, r in zip(self.kills, self.runs[1:], strict=False) if k.keep_checkpoint_next]
@@ -80,6 +86,7 @@ class Outcome:
             "duplicated_after_keep": sum(self.redelivered.get(r, 0) for r in keep),
             "duplicated_after_drop": sum(self.redelivered.get(r, 0) for r in drop),
             "max_in_flight_bound": max(self.in_flight.values(), default=0),
+            "duplicated_uncommitted_older": sum(self.uncommitted_older.values()),
             "identical_replays": self.replays_identical,
             "exactly_once_sink_rows": self.sink_rows,
             "exactly_once_sink_duplicates": self.sink_duplicates,
@@ -119,6 +126,7 @@ def run_campaign(
     watch = RegressionWatch(ddb, app)
     runs: list[str] = []
     kill_log: list[Kill] = []
+    committed_at_start: dict[str, dict[str, Position]] = {}
     ck = 0
     driver: ChaosDriver | None = None
     try:
@@ -128,6 +136,8 @@ def run_campaign(
                 ck += 1
             run = f"run{i:02d}"
             runs.append(run)
+            if i > 0:
+                committed_at_start[run] = _committed(ddb, app, stream)
             driver = ChaosDriver(run, out, out / f"ck{ck}", options, master=masters.get(i, "local[2,4]"), db=db)
             wait_for(lambda driver=driver: driver.check_alive() and driver.started(), timeout=startup_timeout,
                      what=f"driver {run} to start")
@@ -191,11 +201,30 @@ def run_campaign(
         sink_duplicates=sum(n - 1 for n in keyed.values()),
         sink_skipped=skipped_rows(db),
         out_of_key_order=key_order_violations(sent, deliveries),
+        committed_at_start=committed_at_start,
     )
     _bounds(outcome, deliveries, runs)
     if {(r[1], r[2]) for r in rows} != want:
         raise AssertionError("the exactly-once sink does not hold exactly the records put")
     return outcome
+
+
+def _committed(ddb: Any, app: str, stream: str) -> dict[str, Position]:
+    """Per shard of ``stream``, the position DynamoDB holds now (nothing before the first run
+    created the table)."""
+    try:
+        return {sid.shard: pos for sid, pos in stored(ddb, app).items() if sid.stream == stream}
+    except CheckpointError:
+        return {}
+
+
+def uncommitted(position: Position | None, seq: str) -> bool:
+    """Whether the record ``seq`` lies after ``position`` (a resume from it reads the record)."""
+    if position is None or position.seq is None:
+        return not (position is not None and position.is_shard_end)
+    if position.kind == AFTER:
+        return seq_key(seq) > seq_key(position.seq)
+    return position.kind == AT and seq_key(seq) >= seq_key(position.seq)
 
 
 def _at_tips(stream: str, table: dict[ShardId, Any], sent: list) -> bool:
@@ -205,7 +234,13 @@ def _at_tips(stream: str, table: dict[ShardId, Any], sent: list) -> bool:
 
 def _bounds(outcome: Outcome, deliveries: list[Delivery], runs: list[str]) -> None:
     """Per restart: the rows read again, the in-flight batch that bounds them, and whether
-    replays of a batch under a kept checkpoint were identical (checked by the caller)."""
+    replays of a batch under a kept checkpoint were identical (checked by the caller).
+
+    A restart that drops the Spark checkpoint resumes from DynamoDB, so it may also read again
+    rows delivered before the last batch that no run committed: when every run since a
+    delivery was killed before its first commit, the killed run's batch in flight starts at that
+    older position (it was never delivered, so the last delivered batch alone is too narrow a
+    bound). Rows at or before what DynamoDB held at the restart are never allowed again."""
     by_run: dict[str, list[Delivery]] = {r: [] for r in runs}
     for d in deliveries:
         by_run[d.run].append(d)
@@ -223,6 +258,12 @@ def _bounds(outcome: Outcome, deliveries: list[Delivery], runs: list[str]) -> No
             rows = {key for d in mine for key in d.rows}
             again = rows & delivered_before
             bound = set(last_batch.rows) if last_batch else set()
+            if not kept:
+                held = outcome.committed_at_start.get(run, {})
+                older = {(shard, seq) for shard, seq in delivered_before - bound
+                         if uncommitted(held.get(shard), seq)}
+                outcome.uncommitted_older[run] = len(again & older)
+                bound |= older
             outcome.redelivered[run] = len(again)
             outcome.in_flight[run] = len(bound)
             if not again <= bound:

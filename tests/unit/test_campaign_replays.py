@@ -79,3 +79,34 @@ def test_a_restart_killed_before_its_first_delivery_owes_no_replay_it_could_not_
     outcome = campaign_outcome(kills, [d("run00", 0, (A, "1")), d("run02", 0, (A, "1"), (A, "2"))], runs)
     assert replays_due(outcome) == []
     assert_replayed_where_due(outcome)
+
+
+def test_a_dropped_checkpoint_may_read_again_only_what_dynamodb_had_not_committed():
+    """Found by scenario 12's long form: when the runs between a delivery and a restart were all
+    killed before their first commit, the restart from DynamoDB reads that older delivery
+    again. That is allowed (DynamoDB never held it), a re-read of a committed row is not."""
+    from kinesis_source.positions import Position
+    from tests.chaos.campaign import Outcome, _bounds
+
+    runs = ["run00", "run01", "run02"]
+    deliveries = [
+        d("run00", 0, (A, "1"), (A, "2")),  # killed in the sink: never committed
+        d("run01", 0, (A, "3")),  # a kept-checkpoint restart's batch, killed before committing
+        d("run02", 0, (A, "2"), (A, "3"), (A, "4")),  # resumes from DynamoDB: after "1" only
+    ]
+
+    def outcome_with(committed):
+        outcome = Outcome(report=check([], deliveries), kills=[], runs=runs, sent=0, sink_rows=0,
+                          sink_duplicates=0, sink_skipped=0,
+                          committed_at_start={"run01": {}, "run02": {A: committed}})
+        _bounds(outcome, deliveries, runs)
+        return outcome
+
+    allowed = outcome_with(Position.after("1"))
+    assert allowed.beyond_bound == [] and allowed.redelivered["run02"] == 2
+    assert allowed.uncommitted_older["run02"] == 1  # "2": before the last batch, never committed
+    # DynamoDB held "2": reading it again would be a regression of the resume point
+    refused = outcome_with(Position.after("2"))
+    assert refused.beyond_bound == [
+        "run02: 1 rows read again beyond the in-flight batch (run02 dropped the checkpoint)"
+    ]
