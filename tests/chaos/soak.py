@@ -5,7 +5,8 @@ kills, recording the resources of every process of the query over time. Opt-in, 
                [--out DIR]
 
 - a producer writes 40 records/s (bursts of 20 every 0.5 s, 16 partition keys) to a stream of
-  2 shards on kinesis-local (default; it reshards as Kinesis does) or moto;
+  2 shards on kinesis-local (default; it reshards as Kinesis does) or moto (whose PutRecords
+  keeps writing a split parent, so its children stay empty);
 - a thread splits and merges shards every ``--reshard-every`` seconds (2 to 4 open);
 - every ``--kill-every`` minutes the driver (Spark JVM, the source's planning helper, the
   executors' Python workers) is SIGKILLed and restarted, keeping and dropping the Spark
