@@ -144,23 +144,8 @@ def run_campaign(
             kill_now = bool(hooks[i](driver)) if i in hooks else False
             if i == kills:
                 break
-            if kill_now:
-                kill_log.append(Kill(run, "hook", driver.phase_now(), round(time.monotonic() - driver.started_at, 1),
-                                     masters.get(i, "local[2,4]"), keep_checkpoint_next=(i + 1) % 2 == 1))
-                driver.kill()
-                if between is not None:
-                    between(i)
-                continue
-            target = rng.choice(TARGET_GROUPS[i % len(TARGET_GROUPS)])
-            delay = rng.uniform(0.5, 8.0) if target == "random" else rng.uniform(0.0, 3.0)
-            deadline = time.monotonic() + delay
-            wait_for(lambda driver=driver, deadline=deadline: driver.check_alive() and time.monotonic() >= deadline,
-                     timeout=delay + 30, what=f"{delay:.1f}s into {run}")
-            if target != "random":
-                driver.pause_at(target)
-                wait_for(lambda driver=driver: driver.check_alive() and driver.paused(), timeout=240,
-                         what=f"driver {run} to reach {target}")
-            hit = driver.phase_now() if target == "random" else target
+            # a hook's kill comes at once and draws nothing from rng (the other kills keep their seeds)
+            target, hit = ("hook", driver.phase_now()) if kill_now else _aim(driver, run, i, rng)
             after = time.monotonic() - driver.started_at
             driver.kill()
             kill_log.append(Kill(run, target, hit, round(after, 1), masters.get(i, "local[2,4]"),
@@ -207,6 +192,21 @@ def run_campaign(
     if {(r[1], r[2]) for r in rows} != want:
         raise AssertionError("the exactly-once sink does not hold exactly the records put")
     return outcome
+
+
+def _aim(driver: ChaosDriver, run: str, i: int, rng: random.Random) -> tuple[str, str]:
+    """Wait for kill ``i``'s seeded moment (a pause point of its target group, or a random
+    time); returns the target and the phase it hit."""
+    target = rng.choice(TARGET_GROUPS[i % len(TARGET_GROUPS)])
+    delay = rng.uniform(0.5, 8.0) if target == "random" else rng.uniform(0.0, 3.0)
+    deadline = time.monotonic() + delay
+    wait_for(lambda: driver.check_alive() and time.monotonic() >= deadline,
+             timeout=delay + 30, what=f"{delay:.1f}s into {run}")
+    if target == "random":
+        return target, driver.phase_now()
+    driver.pause_at(target)
+    wait_for(lambda: driver.check_alive() and driver.paused(), timeout=240, what=f"driver {run} to reach {target}")
+    return target, target
 
 
 def _committed(ddb: Any, app: str, stream: str) -> dict[str, Position]:
