@@ -1,19 +1,21 @@
 """Every option of the source, declared once.
 
-Each option is one field of :class:`SourceOptions` whose metadata holds the option key, its type
-as shown to users, its default, its description and the parser that validates it. The docs table
+Each option is one field of :class:`SourceOptions` (declared as :mod:`kinesis_source.option_decl`
+describes; the connection options are inherited from
+:class:`~kinesis_source.aws.options.ConnectionOptions`, shared with the sink). The docs table
 (``docs/options.md``) is generated from these declarations (:func:`options_markdown`), and a test
 keeps the file in step.
 """
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
+from kinesis_source.aws.options import ConnectionOptions
 from kinesis_source.errors import OptionError
+from kinesis_source.option_decl import markdown_table, option, parse_options, specs_of
 from kinesis_source.option_values import (
     InitialPosition,
     byte_rate_in,
@@ -26,8 +28,6 @@ from kinesis_source.option_values import (
     parse_host,
     parse_initial_position,
     parse_non_empty,
-    parse_role_arn,
-    parse_session_name,
     parse_stream_arns,
     parse_stream_names,
     parse_table_name,
@@ -35,32 +35,11 @@ from kinesis_source.option_values import (
 )
 
 
-def _option(
-    key: str,
-    type_name: str,
-    default: Any,
-    doc: str,
-    parse: Callable[[str], Any],
-    *,
-    required: bool = False,
-    secret: bool = False,
-) -> Any:
-    meta = {
-        "key": key,
-        "type": type_name,
-        "doc": doc,
-        "parse": parse,
-        "required": required,
-        "secret": secret,
-    }
-    return field(default=default, metadata=meta, repr=not secret)
-
-
 @dataclass(frozen=True)
-class SourceOptions:
+class SourceOptions(ConnectionOptions):
     """The parsed options of one query. Secrets are left out of ``repr``."""
 
-    stream_names: tuple[str, ...] = _option(
+    stream_names: tuple[str, ...] = option(
         "streamName",
         "string",
         None,
@@ -68,7 +47,7 @@ class SourceOptions:
         "`streamName` column keep them apart). Required, unless `streamARN` names the streams.",
         parse_stream_names,
     )
-    stream_arns: tuple[str, ...] | None = _option(
+    stream_arns: tuple[str, ...] | None = option(
         "streamARN",
         "string",
         None,
@@ -79,22 +58,7 @@ class SourceOptions:
         "region.",
         parse_stream_arns,
     )
-    region: str | None = _option(
-        "region",
-        "string",
-        None,
-        "AWS region of the stream, e.g. `eu-west-1`. Default: the boto3 chain "
-        "(`AWS_REGION`, `AWS_DEFAULT_REGION`, the profile).",
-        parse_non_empty,
-    )
-    endpoint_url: str | None = _option(
-        "endpointUrl",
-        "string",
-        None,
-        "Kinesis endpoint URL, for VPC endpoints and local servers. Default: the region's.",
-        parse_url,
-    )
-    initial_position: InitialPosition = _option(
+    initial_position: InitialPosition = option(
         "initialPosition",
         "string",
         InitialPosition("TRIM_HORIZON"),
@@ -107,14 +71,14 @@ class SourceOptions:
         "query.",
         parse_initial_position,
     )
-    max_records_per_fetch: int = _option(
+    max_records_per_fetch: int = option(
         "maxRecordsPerFetch",
         "int",
         10000,
         "`Limit` of each `GetRecords` call (1..10000).",
         int_in(1, 10000),
     )
-    max_records_per_batch: int | None = _option(
+    max_records_per_batch: int | None = option(
         "maxRecordsPerBatch",
         "int",
         None,
@@ -126,7 +90,7 @@ class SourceOptions:
         "`Trigger.Once` reads everything, as in Spark's other sources.",
         int_in(1),
     )
-    min_probe_interval_ms: int = _option(
+    min_probe_interval_ms: int = option(
         "minProbeIntervalMs",
         "int",
         1000,
@@ -135,7 +99,7 @@ class SourceOptions:
         "batch ends, within `getRecordsPerShardPerSecond`.",
         int_in(0),
     )
-    max_idle_probe_interval_ms: int = _option(
+    max_idle_probe_interval_ms: int = option(
         "maxIdleProbeIntervalMs",
         "int",
         10000,
@@ -145,7 +109,7 @@ class SourceOptions:
         "Bounds how late the first record after a quiet spell is seen.",
         int_in(0),
     )
-    get_records_per_shard_per_second: float = _option(
+    get_records_per_shard_per_second: float = option(
         "getRecordsPerShardPerSecond",
         "float",
         2.0,
@@ -155,7 +119,7 @@ class SourceOptions:
         "See docs/operations.md for the arithmetic.",
         float_in(0, 5),
     )
-    get_shard_iterator_per_shard_per_second: float = _option(
+    get_shard_iterator_per_shard_per_second: float = option(
         "getShardIteratorPerShardPerSecond",
         "float",
         1.0,
@@ -164,7 +128,7 @@ class SourceOptions:
         "with the iterator the driver's probe left at the batch start and make none.",
         float_in(0, 5),
     )
-    max_read_rate_per_shard: float | None = _option(
+    max_read_rate_per_shard: float | None = option(
         "maxReadRatePerShard",
         "bytes/s",
         None,
@@ -175,7 +139,7 @@ class SourceOptions:
         "other applications, or to spread a catch-up over time. See docs/operations.md.",
         byte_rate_in(0, 2 * 1024 * 1024),
     )
-    tip_reports: bool = _option(
+    tip_reports: bool = option(
         "tipReports",
         "bool",
         True,
@@ -185,7 +149,7 @@ class SourceOptions:
         "cannot be delivered costs a probe, never a record.",
         parse_bool,
     )
-    tip_report_host: str | None = _option(
+    tip_report_host: str | None = option(
         "tipReportHost",
         "string",
         None,
@@ -194,7 +158,7 @@ class SourceOptions:
         "under another address.",
         parse_host,
     )
-    shards_per_task: int | None = _option(
+    shards_per_task: int | None = option(
         "shardsPerTask",
         "int",
         None,
@@ -205,14 +169,14 @@ class SourceOptions:
         "or to trade task overhead against spreading reads over more executors.",
         int_in(1),
     )
-    shard_discovery_interval_ms: int = _option(
+    shard_discovery_interval_ms: int = option(
         "shardDiscoveryIntervalMs",
         "int",
         30000,
         "Least time between two `ListShards` scans for new shards.",
         int_in(0),
     )
-    on_corrupt_aggregate: str = _option(
+    on_corrupt_aggregate: str = option(
         "onCorruptAggregate",
         "string",
         "fail",
@@ -223,17 +187,7 @@ class SourceOptions:
         "does.",
         one_of("fail", "skip"),
     )
-    max_retries: int = _option(
-        "maxRetries",
-        "int",
-        10,
-        "Retries of each AWS call after its first attempt (so at most `maxRetries` + 1 "
-        "attempts), for the errors botocore's standard retry mode retries: throttling, 5xx and "
-        "network errors. The driver's clients give up after 2 retries when they could not "
-        "connect to an endpoint that never answered them (a wrong `endpointUrl`).",
-        int_in(1, 100),
-    )
-    consumer_mode: str = _option(
+    consumer_mode: str = option(
         "consumerMode",
         "string",
         "polling",
@@ -244,7 +198,7 @@ class SourceOptions:
         "one: a shard read by fan-out joins a batch at most every 5 s.",
         one_of("polling", "efo"),
     )
-    consumer_name: str | None = _option(
+    consumer_name: str | None = option(
         "consumerName",
         "string",
         None,
@@ -252,14 +206,14 @@ class SourceOptions:
         "waited for until ACTIVE. Default: `applicationName`.",
         parse_app_name,
     )
-    consumer_timeout_ms: int = _option(
+    consumer_timeout_ms: int = option(
         "consumerTimeoutMs",
         "int",
         120000,
         "How long to wait for an EFO consumer to become ACTIVE (registering takes seconds).",
         int_in(1000),
     )
-    subscribe_timeout_ms: int = _option(
+    subscribe_timeout_ms: int = option(
         "subscribeTimeoutMs",
         "int",
         30000,
@@ -269,7 +223,7 @@ class SourceOptions:
         "subscription sooner.",
         int_in(5000),
     )
-    deregister_consumer: bool = _option(
+    deregister_consumer: bool = option(
         "deregisterConsumer",
         "bool",
         False,
@@ -280,7 +234,7 @@ class SourceOptions:
         "by hand, e.g. after a crash.",
         parse_bool,
     )
-    application_name: str = _option(
+    application_name: str = option(
         "applicationName",
         "string",
         None,
@@ -289,14 +243,14 @@ class SourceOptions:
         parse_app_name,
         required=True,
     )
-    checkpoint_table: str = _option(
+    checkpoint_table: str = option(
         "checkpointTable",
         "string",
         "kinesis_ddb_checkpoints",
         "DynamoDB table of the committed positions (partition key `app`, sort key `key`).",
         parse_table_name,
     )
-    create_table: bool = _option(
+    create_table: bool = option(
         "createTable",
         "bool",
         True,
@@ -304,21 +258,21 @@ class SourceOptions:
         "is ACTIVE; `false` makes a missing table an error.",
         parse_bool,
     )
-    dynamodb_endpoint_url: str | None = _option(
+    dynamodb_endpoint_url: str | None = option(
         "dynamodbEndpointUrl",
         "string",
         None,
         "DynamoDB endpoint URL, for VPC endpoints and local servers. Default: the region's.",
         parse_url,
     )
-    dynamodb_region: str | None = _option(
+    dynamodb_region: str | None = option(
         "dynamodbRegion",
         "string",
         None,
         "Region of the checkpoint table. Default: `region`.",
         parse_non_empty,
     )
-    on_commit: str | None = _option(
+    on_commit: str | None = option(
         "onCommit",
         "string",
         None,
@@ -326,7 +280,7 @@ class SourceOptions:
         "commit, in the driver-side Python helper process (it must be importable there).",
         parse_callback_path,
     )
-    on_commit_errors: str = _option(
+    on_commit_errors: str = option(
         "onCommitErrors",
         "string",
         "fail",
@@ -334,7 +288,7 @@ class SourceOptions:
         "`log` logs it and goes on.",
         one_of("fail", "log"),
     )
-    fail_on_data_loss: bool = _option(
+    fail_on_data_loss: bool = option(
         "failOnDataLoss",
         "bool",
         True,
@@ -344,114 +298,14 @@ class SourceOptions:
         "left (TRIM_HORIZON).",
         parse_bool,
     )
-    retry_base_delay_ms: int = _option(
-        "retryBaseDelayMs",
-        "int",
-        1000,
-        "Wait before the first retry of a throttled call. Retry n waits between half and all "
-        "of min(20 s, base x 2^(n-1)); 5xx and network errors wait a twentieth of that.",
-        int_in(1, 60000),
-    )
-    aws_access_key_id: str | None = _option(
-        "awsAccessKeyId",
-        "string",
-        None,
-        "Static access key id (with `awsSecretKey`). Default: the boto3 credential chain.",
-        parse_non_empty,
-    )
-    aws_secret_key: str | None = _option(
-        "awsSecretKey",
-        "secret",
-        None,
-        "Static secret key (with `awsAccessKeyId`). Never logged.",
-        parse_non_empty,
-        secret=True,
-    )
-    aws_session_token: str | None = _option(
-        "awsSessionToken",
-        "secret",
-        None,
-        "Session token for temporary static credentials. Never logged.",
-        parse_non_empty,
-        secret=True,
-    )
-    profile: str | None = _option(
-        "profile",
-        "string",
-        None,
-        "Named profile from the AWS config files, instead of static keys.",
-        parse_non_empty,
-    )
 
-    credentials_provider: str | None = _option(
-        "credentialsProvider",
-        "string",
-        None,
-        "Credentials from your own function `package.module:function`, called with no arguments "
-        "in every process that calls AWS (driver helper and executors: it must be importable in "
-        "each) and returning a mapping of `access_key`, `secret_key`, optional `token` and "
-        "optional `expiry_time` (ISO-8601; it is called again before then). Excludes "
-        "`awsAccessKeyId` and `profile`; with `roleArn` it gives the credentials that assume "
-        "the role.",
-        parse_callback_path,
-    )
-    role_arn: str | None = _option(
-        "roleArn",
-        "string",
-        None,
-        "IAM role to assume for Kinesis and DynamoDB alike, on the driver and the executors. "
-        "Its credentials are refreshed before they expire.",
-        parse_role_arn,
-    )
-    role_session_name: str = _option(
-        "roleSessionName",
-        "string",
-        "kinesis-ddb",
-        "Session name for `roleArn`.",
-        parse_session_name,
-    )
-    role_external_id: str | None = _option(
-        "roleExternalId",
-        "secret",
-        None,
-        "External id for `roleArn`, if the role's trust policy requires one. Never logged.",
-        parse_non_empty,
-        secret=True,
-    )
-    sts_endpoint_url: str | None = _option(
-        "stsEndpointUrl",
-        "string",
-        None,
-        "STS endpoint URL used to assume `roleArn`. Default: the region's.",
-        parse_url,
-    )
 
     def __post_init__(self) -> None:
         self._streams_from_arns()
-        if bool(self.aws_access_key_id) != bool(self.aws_secret_key):
-            raise OptionError(
-                "Options 'awsAccessKeyId' and 'awsSecretKey' must be given together "
-                "(or neither, to use the boto3 credential chain)"
-            )
-        if self.aws_session_token and not self.aws_access_key_id:
-            raise OptionError(
-                "Option 'awsSessionToken' needs 'awsAccessKeyId' and 'awsSecretKey' as well"
-            )
-        if (self.role_external_id or self.sts_endpoint_url) and not self.role_arn:
-            raise OptionError("Options 'roleExternalId' and 'stsEndpointUrl' need 'roleArn'")
+        super().__post_init__()
         if self.consumer_mode != "efo" and (self.consumer_name or self.deregister_consumer):
             raise OptionError(
                 "Options 'consumerName' and 'deregisterConsumer' need consumerMode=efo"
-            )
-        if self.credentials_provider and (self.aws_access_key_id or self.profile):
-            raise OptionError(
-                "Option 'credentialsProvider' excludes 'awsAccessKeyId' and 'profile': give one "
-                "way of finding credentials"
-            )
-        if self.profile and self.aws_access_key_id:
-            raise OptionError(
-                "Options 'profile' and 'awsAccessKeyId' exclude each other: give one way of "
-                "finding credentials"
             )
 
     def _streams_from_arns(self) -> None:
@@ -491,75 +345,25 @@ class SourceOptions:
     @staticmethod
     def parse(raw: Mapping[str, str]) -> SourceOptions:
         """Validate Spark's option map (keys case-insensitive) into a frozen object."""
-        specs = {f.metadata["key"].lower(): f for f in fields(SourceOptions)}
-        values: dict[str, Any] = {}
-        for key, text in raw.items():
-            spec = specs.get(key.lower())
-            if spec is None:
-                known = {k: f.metadata["key"] for k, f in specs.items()}
-                raise OptionError(
-                    f"Unknown option '{key}' for format kinesis-ddb{_suggestion(key, known)} "
-                    "(`kinesis-ddb options` lists every option)"
-                )
-            values[spec.name] = _parse_one(spec, text)
-        for f in fields(SourceOptions):
-            if f.metadata["required"] and f.name not in values:
-                raise OptionError(
-                    f"Option '{f.metadata['key']}' is required: {f.metadata['doc']}"
-                )
-        return SourceOptions(**values)
+        from kinesis_source.sink.options import SinkOptions
+
+        return parse_options(SourceOptions, raw, "reading", _only_in(SinkOptions, SourceOptions))
 
 
-# Prefixes users carry over from Spark configs and the other connectors.
-_PREFIXES = ("spark.kinesis.", "kinesis.", "aws.", "spark.")
-
-
-def _suggestion(key: str, known: Mapping[str, str]) -> str:
-    """What to write instead of an unknown option ``key`` ('' if nothing fits), given our
-    options by lower-case name."""
-    from kinesis_source.peers import hint
-
-    peer = hint(key, set(known))
-    if peer:
-        return peer
-    lower = key.lower()
-    bare = next((lower[len(p):] for p in _PREFIXES if lower.startswith(p)), lower)
-    if bare in known:
-        return f": options take no prefix here, use '{known[bare]}'"
-    close = difflib.get_close_matches(bare, list(known), n=1, cutoff=0.75)
-    return f"; did you mean '{known[close[0]]}'?" if close else ""
-
-
-def _parse_one(spec: Any, text: Any) -> Any:
-    key = spec.metadata["key"]
-    shown = "<redacted>" if spec.metadata["secret"] else repr(text)
-    if not isinstance(text, str):
-        raise OptionError(f"Option '{key}' = {shown} is invalid: must be a string")
-    try:
-        return spec.metadata["parse"](text)
-    except OptionError:  # the parser named the option itself
-        raise
-    except ValueError as exc:
-        raise OptionError(f"Option '{key}' = {shown} is invalid: {exc}") from None
+def _only_in(cls: type, other: type) -> dict[str, str]:
+    """Keys (lower case -> key) of ``cls``'s options that ``other`` does not have."""
+    theirs = {f.metadata["key"].lower() for f in fields(other)}
+    return {
+        f.metadata["key"].lower(): f.metadata["key"]
+        for f in fields(cls)
+        if f.metadata["key"].lower() not in theirs
+    }
 
 
 def option_specs() -> list[dict[str, Any]]:
-    """The declarations, in order, as plain dicts (key, type, default, doc, required)."""
-    out = []
-    for f in fields(SourceOptions):
-        default = f.default
-        if isinstance(default, bool):
-            default = str(default).lower()
-        out.append(
-            {
-                "key": f.metadata["key"],
-                "type": f.metadata["type"],
-                "default": None if default is None else str(default),
-                "doc": f.metadata["doc"],
-                "required": f.metadata["required"],
-            }
-        )
-    return out
+    """The source's declarations, in table order, as plain dicts (key, type, default, doc,
+    required)."""
+    return specs_of(SourceOptions)
 
 
 def options_markdown() -> str:
@@ -570,17 +374,12 @@ def options_markdown() -> str:
         "<!-- Generated from kinesis_source/options.py by `python -m kinesis_source.options`;"
         " do not edit by hand. -->",
         "",
-        "Keys are case-insensitive. A bad value fails the query with an error that names the "
-        "option, the value and the rule; secrets are never shown.",
+        "Options for reading. Keys are case-insensitive. A bad value fails the query with an "
+        "error that names the option, the value and the rule; secrets are never shown. Writing "
+        "has its own table in [sink.md](sink.md).",
         "",
-        "| option | type | default | description |",
-        "|---|---|---|---|",
+        *markdown_table(SourceOptions),
     ]
-    for spec in option_specs():
-        default = "(required)" if spec["required"] else (
-            "(none)" if spec["default"] is None else f"`{spec['default']}`"
-        )
-        lines.append(f"| `{spec['key']}` | {spec['type']} | {default} | {spec['doc']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from kinesis_source.aws.options import ConnectionOptions
 from kinesis_source.aws.retries import RetryRule
 from kinesis_source.aws.streams import address_by_arn
 from kinesis_source.errors import OptionError
@@ -94,7 +95,7 @@ class AwsSettings:
     read_timeout_s: float = _READ_TIMEOUT_S
 
     @staticmethod
-    def for_kinesis(opts: SourceOptions) -> AwsSettings:
+    def for_kinesis(opts: ConnectionOptions) -> AwsSettings:
         """Settings for the Kinesis client of a query."""
         return AwsSettings(
             region=opts.region, endpoint_url=opts.endpoint_url, stream_arns=tuple(opts.stream_arn_map.items()),
@@ -252,7 +253,7 @@ class AwsSettings:
             raise _config_error(service, exc) from exc
 
 
-def _credentials(opts: SourceOptions) -> dict[str, Any]:
+def _credentials(opts: ConnectionOptions) -> dict[str, Any]:
     return {
         "access_key_id": opts.aws_access_key_id,
         "secret_key": opts.aws_secret_key,

@@ -87,8 +87,11 @@ def _store(args: argparse.Namespace) -> CheckpointStore:
 
 def _options(args: argparse.Namespace) -> int:
     from kinesis_source.options import options_markdown
+    from kinesis_source.sink import options as sink
 
     print(options_markdown(), end="")
+    print("\n# Options for writing (docs/sink.md)\n")
+    print(sink.options_markdown(), end="")
     return 0
 
 
@@ -359,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     kcl.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     kcl.set_defaults(func=_import_kcl)
 
-    options = sub.add_parser("options", help="list every option of format kinesis-ddb")
+    options = sub.add_parser("options", help="list every option of format kinesis-ddb, for reading and for writing")
     options.set_defaults(func=_options)
 
     consumers = sub.add_parser("consumers", help="manage enhanced fan-out consumers")
