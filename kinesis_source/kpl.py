@@ -300,25 +300,78 @@ def _put_varint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
+def _varint_size(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
 def _put_bytes(out: bytearray, number: int, data: bytes) -> None:
     _put_varint(out, (number << 3) | 2)
     _put_varint(out, len(data))
     out += data
 
 
+def _field_size(length: int) -> int:
+    """Bytes a length-delimited field of ``length`` bytes takes (tag < 16: one byte)."""
+    return 1 + _varint_size(length) + length
+
+
+class AggregateBuilder:
+    """One aggregated record, built a user record at a time, knowing its size before each
+    addition (so a writer can stop below Kinesis' record limit)."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, int] = {}
+        self._hash_keys: dict[str, int] = {}
+        self._tables = bytearray()  # fields 1 and 2 (the protobuf's field order is free)
+        self._records = bytearray()  # field 3
+        self.count = 0
+
+    def _record(self, key: str, data: bytes, hash_key: str | None) -> bytes:
+        rec = bytearray()
+        _put_varint(rec, (1 << 3) | 0)
+        _put_varint(rec, self._keys.get(key, len(self._keys)))
+        if hash_key is not None:
+            _put_varint(rec, (2 << 3) | 0)
+            _put_varint(rec, self._hash_keys.get(hash_key, len(self._hash_keys)))
+        _put_bytes(rec, 3, data)
+        return bytes(rec)
+
+    def size_with(self, key: str, data: bytes, hash_key: str | None = None) -> int:
+        """The aggregate's size in bytes (magic, body and MD5) once this user record is added."""
+        extra = _field_size(len(self._record(key, data, hash_key)))
+        if key not in self._keys:
+            extra += _field_size(len(key.encode()))
+        if hash_key is not None and hash_key not in self._hash_keys:
+            extra += _field_size(len(hash_key.encode()))
+        return self.size + extra
+
+    @property
+    def size(self) -> int:
+        """The aggregate's size in bytes as it stands."""
+        return len(MAGIC) + len(self._tables) + len(self._records) + _DIGEST
+
+    def add(self, key: str, data: bytes, hash_key: str | None = None) -> None:
+        """Append one user record (``hash_key``: its explicit hash key, a decimal string)."""
+        record = self._record(key, data, hash_key)
+        if key not in self._keys:
+            self._keys[key] = len(self._keys)
+            _put_bytes(self._tables, 1, key.encode())
+        if hash_key is not None and hash_key not in self._hash_keys:
+            self._hash_keys[hash_key] = len(self._hash_keys)
+            _put_bytes(self._tables, 2, hash_key.encode())
+        _put_bytes(self._records, 3, record)
+        self.count += 1
+
+    def encode(self) -> bytes:
+        """The aggregated record's data."""
+        body = bytes(self._tables + self._records)
+        return MAGIC + body + hashlib.md5(body).digest()
+
+
 def encode(user_records: list[tuple[str, bytes]]) -> bytes:
     """One aggregated record holding ``(partition key, data)`` user records, in order (what
     ``kinesis-ddb produce --aggregate`` writes; the tests decode aws-kinesis-agg's instead)."""
-    keys: dict[str, int] = {}
-    body = bytearray()
-    for key, _ in user_records:
-        if key not in keys:
-            keys[key] = len(keys)
-            _put_bytes(body, 1, key.encode())
+    builder = AggregateBuilder()
     for key, data in user_records:
-        rec = bytearray()
-        _put_varint(rec, (1 << 3) | 0)
-        _put_varint(rec, keys[key])
-        _put_bytes(rec, 3, data)
-        _put_bytes(body, 3, bytes(rec))
-    return MAGIC + bytes(body) + hashlib.md5(bytes(body)).digest()
+        builder.add(key, data)
+    return builder.encode()

@@ -96,6 +96,21 @@ class KinesisDataSource(DataSource):
             SourceOptions.parse(dict(self.options)), cls.commit_callback, parallelism=cls.cluster_parallelism
         )
 
+    @surfaced
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        """``df.write.format("kinesis-ddb")``: options, columns and stream are checked here,
+        on the driver, before any task writes (kinesis_source/sink/)."""
+        from kinesis_source.sink.writer import make_writer
+
+        return make_writer(dict(self.options), schema, overwrite, streaming=False)
+
+    @surfaced
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        """``df.writeStream.format("kinesis-ddb")``: as :meth:`writer`, once per query run."""
+        from kinesis_source.sink.writer import make_writer
+
+        return make_writer(dict(self.options), schema, overwrite, streaming=True)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 

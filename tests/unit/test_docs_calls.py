@@ -63,7 +63,7 @@ def _transacts(tree: ast.AST) -> set[str]:
 
 
 def query_calls() -> set[str]:
-    return calls([p for p in PACKAGE.rglob("*.py") if "tools" not in p.parts])
+    return calls([p for p in PACKAGE.rglob("*.py") if "tools" not in p.parts and "sink" not in p.parts])
 
 
 def command_calls() -> set[str]:

@@ -1,0 +1,52 @@
+"""Which shard Kinesis routes a hash key to, as the sink last saw the stream.
+
+Open shards' hash key ranges tile the 128-bit space, so the open shard whose range starts at or
+below a key's hash holds it. The map paces each shard's writes and groups KPL aggregates by
+shard; it can go stale when the stream reshards, which the sink notices when an answer names a
+shard other than the one predicted, and then lists the shards again.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Any
+
+from kinesis_source.aws.kinesis import ShardInfo, list_shards
+
+
+@dataclass(frozen=True)
+class ShardMap:
+    """The open shards of one stream by hash key range (small, so it travels pickled with the
+    writer to the executors)."""
+
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+    ids: tuple[str, ...]
+
+    @staticmethod
+    def of(shards: list[ShardInfo]) -> ShardMap:
+        """The map of a ``ListShards`` answer's open shards."""
+        ranges = sorted((s.hash_range, s.shard_id) for s in shards if not s.is_closed and s.hash_range)
+        return ShardMap(
+            tuple(r[0] for r, _ in ranges), tuple(r[1] for r, _ in ranges), tuple(i for _, i in ranges)
+        )
+
+    @staticmethod
+    def load(client: Any, stream: str) -> ShardMap:
+        """List ``stream``'s shards (the error names option 'streamName' if it does not exist)."""
+        return ShardMap.of(list_shards(client, stream))
+
+    def shard_of(self, hash_key: int) -> str:
+        """The shard that takes ``hash_key`` (the first one if the map is empty, which only a
+        stream being created has: Kinesis then refuses the write anyway)."""
+        return self.ids[max(0, bisect_right(self.starts, hash_key) - 1)] if self.ids else ""
+
+    def holds(self, shard_id: str, hash_key: int) -> bool | None:
+        """Whether ``shard_id``'s range holds ``hash_key``; None when the map does not know the
+        shard (a child of a reshard since the map was made)."""
+        try:
+            i = self.ids.index(shard_id)
+        except ValueError:
+            return None
+        return self.starts[i] <= hash_key <= self.ends[i]
