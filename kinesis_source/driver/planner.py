@@ -324,6 +324,10 @@ class Planner:
                 else:
                     await self._tip_table().progress(_TARGET_WAIT_S)
                 results = await self._ends(starts, caps, max_records)
+        # A run's first answer holds no shard: it may be its only batch (Trigger.Once, and
+        # AvailableNow on pyspark < 4.2, plan one batch and stop), and a held shard's records
+        # would wait for a batch that never comes. Its reads wait for the budget in the task.
+        holding = self.probes > 0
         self.probes += 1
         lag = {}
         paced = max_records is None and self._target is None
@@ -332,7 +336,7 @@ class Planner:
             if result.gone:
                 positions.pop(sid, None)  # reported by the probe; the listing will drop it
                 self._listing.stale()
-            elif result.tip is not None and not (paced and self._held(sid, starts[sid])):
+            elif result.tip is not None and not (paced and holding and self._held(sid, starts[sid])):
                 positions[sid] = Position.after(result.tip)
             elif result.ended:
                 positions[sid] = Position.shard_end()

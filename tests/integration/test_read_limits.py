@@ -11,6 +11,7 @@ import pytest
 from kinesis_source.positions import seq_key
 from tests.integration.test_stream_read import assert_exactly_once_in_order
 from tests.support.producer import Producer
+from tests.support.quota import as_users_run
 from tests.support.spark_query import Collector, running, start_triggered, stop_quietly
 from tests.support.waiting import wait_for
 
@@ -68,6 +69,25 @@ def test_trigger_once_reads_everything_despite_the_limit(
         assert query.awaitTermination(180), "Trigger.Once did not stop"
         assert query.exception() is None
         assert len(sink.deliveries) == 1
+        assert_exactly_once_in_order(sink.rows(), producer.sent)
+    finally:
+        stop_quietly(query)
+
+
+def test_trigger_once_at_the_default_call_budget_reads_every_shards_records(
+    spark, kinesis, make_stream, source_options, tmp_path
+):
+    # The first probe spends each shard's share of the budget; a shard whose executor read
+    # could not start at once was held for a later batch, which a Trigger.Once run never has.
+    stream = make_stream(4)
+    producer = Producer(kinesis, stream)
+    producer.put(400)
+    sink = Collector()
+    options = as_users_run({**source_options, "streamName": stream})
+    query = start_triggered(spark, options, tmp_path / "ck", sink, once=True)
+    try:
+        assert query.awaitTermination(180), "Trigger.Once did not stop"
+        assert query.exception() is None
         assert_exactly_once_in_order(sink.rows(), producer.sent)
     finally:
         stop_quietly(query)
