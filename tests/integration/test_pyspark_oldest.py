@@ -45,3 +45,17 @@ def test_pyspark_4_0_reads_every_record_once():
     assert len(new) == len(set(new)) and seen | set(new) == set(map(tuple, result["sent"]))
     # the first batch after the restart may replay one planned before it (limit 40)
     assert max(len(rows) for _, rows in after[1:]) <= 10
+
+
+def test_pyspark_4_0_writes_batches_and_streams_through_the_sink():
+    assert OLD_PYTHON.exists(), "run ./dev setup: it makes .venv-pyspark40"
+    proc = subprocess.run(
+        [str(OLD_PYTHON), "-m", "tests.support.smoke_write"],
+        cwd=OLD_PYTHON.parents[2], capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["pyspark"].startswith("4.0."), result["pyspark"]
+    assert result["error"] is None
+    assert result["batch"] == sorted(f"b-{i}" for i in range(90))
+    assert result["copy"] == sorted(f"s-{i}" for i in range(120))

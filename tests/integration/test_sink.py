@@ -202,3 +202,38 @@ def test_a_null_partition_key_fails_the_task_naming_the_row_and_column(spark, ma
         df.write.format("kinesis-ddb").options(**sink_options, streamName=stream).mode("append").save()
     assert "Row 1 of this task cannot be written to Kinesis stream" in str(err.value)
     assert "column 'partitionKey' is null" in str(err.value)
+
+
+@pytest.mark.backends("kinesis-local")  # moto keeps writing a split parent
+def test_aggregates_built_before_a_reshard_send_again_the_rows_their_new_shard_does_not_hold(
+    kinesis, kinesis_backend, make_stream, sink_options
+):
+    from kinesis_source import kpl
+    from kinesis_source.aws.clients import AwsSettings
+    from kinesis_source.sink.options import SinkOptions
+    from kinesis_source.sink.putter import Putter
+    from kinesis_source.sink.rows import Columns, user_record
+    from kinesis_source.sink.shards import ShardMap
+    from tests.integration.test_resharding import split_in_two
+
+    stream = make_stream(2)
+    opts = SinkOptions.parse({**sink_options, "streamName": stream, "aggregate": "true"})
+    client = AwsSettings.for_kinesis(opts).boto3_client("kinesis")
+    stale = ShardMap.load(client, stream)
+    for shard_id in stale.ids:
+        split_in_two(kinesis, stream, shard_id)
+    columns = Columns("data", True, "partitionKey", None)
+    rows = [user_record(i, f"key-{i % 60}", str(i), None, columns, stream) for i in range(1200)]
+    report = Putter(client, opts, stale).write(rows)
+    assert report.shard_map_refreshes >= 1 and report.rerouted_rows > 0
+    ranges = {
+        s["ShardId"]: (int(s["HashKeyRange"]["StartingHashKey"]), int(s["HashKeyRange"]["EndingHashKey"]))
+        for s in kinesis.list_shards(StreamName=stream)["Shards"]
+    }
+    kept = []  # what KCL keeps: the user records within the range of the shard they landed on
+    for record in stream_records(kinesis, stream):
+        lo, hi = ranges[record["ShardId"]]
+        for key, data, hash_key in kpl.decode(record["Data"]):
+            if lo <= kpl.effective_hash_key(key, hash_key) <= hi:
+                kept.append(int(data))
+    assert sorted(kept) == list(range(1200)), "each row kept exactly once where it landed"
