@@ -34,13 +34,16 @@ def _operations() -> dict[str, tuple[str, str]]:
     return ops
 
 
-def calls(paths: list[Path]) -> set[str]:
-    """``service:Operation`` for every AWS operation the files call."""
+def calls(paths: list[Path], helpers: bool = False) -> set[str]:
+    """``service:Operation`` for every AWS operation the files call (``helpers``: also calls of
+    plain functions named like an operation, such as ``aws.kinesis.list_shards``)."""
     ops = _operations()
     found: set[str] = set()
     for path in paths:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
+            if helpers and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ops:
+                found.add("{}:{}".format(*ops[node.func.id]))
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 name = node.func.attr
                 if name == "get_paginator" and isinstance(node.args[0], ast.Constant):
@@ -66,14 +69,18 @@ def query_calls() -> set[str]:
     return calls([p for p in PACKAGE.rglob("*.py") if "tools" not in p.parts and "sink" not in p.parts])
 
 
+def sink_calls() -> set[str]:
+    return calls(list((PACKAGE / "sink").rglob("*.py")), helpers=True)
+
+
 def command_calls() -> set[str]:
     return calls(list((PACKAGE / "tools").rglob("*.py")))
 
 
-def section(title: str) -> str:
-    start = OPERATIONS.index(f"## {title}")
-    end = OPERATIONS.find("\n## ", start + 1)
-    return OPERATIONS[start:end if end > 0 else None]
+def section(title: str, doc: str = OPERATIONS) -> str:
+    start = doc.index(f"## {title}")
+    end = doc.find("\n## ", start + 1)
+    return doc[start:end if end > 0 else None]
 
 
 def table_calls(text: str) -> set[str]:
@@ -125,3 +132,11 @@ def test_the_commands_calls_are_documented_with_their_permissions():
     documented = table_calls(text)
     assert command_calls() <= documented <= command_calls() | query_calls()
     assert policy_actions(text) == iam(documented)
+
+
+def test_the_sinks_call_table_and_policy_name_what_the_sink_calls():
+    sink_doc = (REPO / "docs" / "sink.md").read_text()
+    called = sink_calls()
+    assert {"kinesis:PutRecords", "kinesis:ListShards"} <= called
+    assert table_calls(section("AWS calls and IAM", sink_doc)) == called
+    assert policy_actions(section("AWS calls and IAM", sink_doc)) == iam(called)

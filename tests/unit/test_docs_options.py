@@ -39,3 +39,14 @@ def test_every_peer_option_names_one_of_ours_or_says_why_not():
     for _, _, options in CONNECTORS:
         for option in options:
             assert option.ours in ours if option.ours else option.note, option
+
+
+def test_the_sink_options_table_is_generated_from_the_declarations():
+    from kinesis_source.sink.options import options_markdown as sink_markdown
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "sink.md").read_text()
+    start, end = "<!-- sink options: generated", "<!-- end of sink options -->"
+    assert start in text and end in text
+    assert sink_markdown() in text[text.index(start):text.index(end)], (
+        "docs/sink.md's options table is out of date: paste `python -m kinesis_source.sink.options`"
+    )
