@@ -9,15 +9,25 @@ budget is spent:
   are refused while it is empty (so after a 10 MiB response, calls in the next 5 s are
   refused) -> ``ProvisionedThroughputExceededException``;
 - ``GetShardIterator``: 5 calls per second per shard -> ``ProvisionedThroughputExceededException``;
+- writes: 1,000 records and 1 MiB (data and partition keys) per second per shard, every writer
+  together, each a bucket one second deep refilled continuously. ``PutRecords`` is judged record
+  by record in the request's order: a record that does not fit both buckets is refused (its entry
+  answers ``ProvisionedThroughputExceededException``) and spends nothing, the others are written;
+  a ``PutRecord`` that does not fit is refused as a call. A record's shard is the open shard
+  whose hash key range holds its explicit hash key, or else the MD5 of its partition key; the
+  ranges come from the backend's ListShards, listed again when a key falls in none of them or
+  the backend writes to a shard not listed (after a reshard);
 - control-plane calls, per stream or per account as AWS counts them -> ``LimitExceededException``.
 
 (``SubscribeToShard``'s 5-second rule lives in :mod:`tests.support.efo_server`, which serves
 the subscriptions.)
 
-A refused call does not spend the budget. The proxy learns which shard each iterator belongs to
-from the answers it forwards, so every ``GetRecords`` is counted against its shard; callers are
-told apart by access key id (one per application) and by client kind (``async``: aiobotocore,
-the source's driver; ``sync``: boto3, its executors and most tools).
+A refused call (or record) does not spend the budget. The proxy learns which shard each iterator
+belongs to from the answers it forwards, so every ``GetRecords`` is counted against its shard;
+callers are told apart by access key id (one per application) and by client kind (``async``:
+aiobotocore, the source's driver; ``sync``: boto3, its executors and most tools). Records written
+and refused are kept per shard with their times (:meth:`QuotaProxy.written`,
+:meth:`QuotaProxy.refused_records`, :meth:`QuotaProxy.peak_write_rate`).
 
 :class:`Neighbour` is another application polling every shard, as the one the source shares the
 quota with.
@@ -42,7 +52,17 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from tests.support.proxy import THROTTLED, FaultProxy, Seen, _error
+from tests.support.proxy import (
+    THROTTLED,
+    FaultProxy,
+    Seen,
+    _error,
+    _hash_key,
+    _record_bytes,
+    _request,
+    _stream_of,
+    record_error,
+)
 
 LIMIT_EXCEEDED = "LimitExceededException"
 NEIGHBOUR = "neighbour"  # the access key of the Neighbour application
@@ -71,6 +91,9 @@ class Quotas:
     get_records_bytes_per_s: int = 2 * MIB  # per shard
     get_records_burst_bytes: int = 10 * MIB  # the bucket a response may overdraw
     get_shard_iterator_calls: int = 5  # per shard per second
+    # Writes per shard per second, every writer together (None: not enforced).
+    put_records_per_shard: int | None = 1000
+    put_bytes_per_shard: int | None = MIB  # data and partition keys
     # Control plane: (calls per second, counted per "stream" or per "account").
     control: tuple[tuple[str, int, str], ...] = (
         ("ListShards", 1000, "stream"),
@@ -84,22 +107,6 @@ class Quotas:
     )
 
 
-def _stream_of(req: dict[str, Any]) -> str | None:
-    if req.get("StreamName"):
-        return req["StreamName"]
-    arn = req.get("StreamARN") or req.get("ConsumerARN") or ""
-    # arn:aws:kinesis:<region>:<account>:stream/<name>[/consumer/...]
-    _, _, rest = arn.partition(":stream/")
-    return rest.split("/", 1)[0] or None
-
-
-def _request(body: bytes) -> dict[str, Any]:
-    try:
-        return json.loads(body) if body.startswith(b"{") else {}
-    except ValueError:
-        return {}
-
-
 def _data_bytes(resp: dict[str, Any]) -> int:
     """What a GetRecords answer costs the shard's byte budget: data and partition keys."""
     total = 0
@@ -111,15 +118,17 @@ def _data_bytes(resp: dict[str, Any]) -> int:
 
 
 class _Bucket:
-    """A shard's read bytes: refills at ``rate`` up to ``depth``; a response may overdraw it."""
+    """A shard's budget: refills at ``rate`` up to ``depth`` (a read response may overdraw it)."""
 
     def __init__(self, rate: float, depth: float, now: float) -> None:
         self.rate, self.depth = rate, depth
         self.tokens, self.at = depth, now
 
     def level(self, now: float) -> float:
-        self.tokens = min(self.depth, self.tokens + (now - self.at) * self.rate)
-        self.at = now
+        # Concurrent calls are judged in any order: an earlier arrival refills nothing.
+        if now > self.at:
+            self.tokens = min(self.depth, self.tokens + (now - self.at) * self.rate)
+            self.at = now
         return self.tokens
 
 
@@ -136,6 +145,10 @@ class QuotaProxy(FaultProxy):
         # the same by caller: (access key, client kind, stream, shard)
         self.bytes_read_by: dict[tuple[str | None, str | None, str, str], int] = defaultdict(int)
         self._control = {op: (limit, per) for op, limit, per in self.quotas.control}
+        self._put_buckets: dict[tuple[str, str], tuple[_Bucket | None, _Bucket | None]] = {}
+        # (arrival time, bytes) of each record, per (stream, shard)
+        self._put_written: dict[tuple[str, str], list[tuple[float, int]]] = defaultdict(list)
+        self._put_refused: dict[tuple[str, str], list[tuple[float, int]]] = defaultdict(list)
 
     # -- budgets -------------------------------------------------------------------------
 
@@ -155,6 +168,25 @@ class QuotaProxy(FaultProxy):
             self._buckets[shard] = _Bucket(q.get_records_bytes_per_s, q.get_records_burst_bytes, now)
         return self._buckets[shard]
 
+    def _writes_fit(self, shard: tuple[str, str], size: int, now: float) -> bool:
+        """Spend one record of ``size`` bytes of the shard's write budget, if both buckets hold it;
+        else count it refused. Called under the lock."""
+        if shard not in self._put_buckets:
+            rate, nbytes = self.quotas.put_records_per_shard, self.quotas.put_bytes_per_shard
+            self._put_buckets[shard] = (
+                _Bucket(rate, rate, now) if rate is not None else None,
+                _Bucket(nbytes, nbytes, now) if nbytes is not None else None,
+            )
+        records, data = self._put_buckets[shard]
+        if (records is not None and records.level(now) < 1) or (data is not None and data.level(now) < size):
+            self._put_refused[shard].append((now, size))
+            return False
+        if records is not None:
+            records.tokens -= 1
+        if data is not None:
+            data.tokens -= size
+        return True
+
     def _refusal(self, call: Seen, req: dict[str, Any]) -> str | None:
         """The error code that refuses this call, or ``None`` (the call then spends its budget)."""
         op, shard, now, q = call.operation, call.shard, call.at, self.quotas
@@ -165,6 +197,8 @@ class QuotaProxy(FaultProxy):
                 return None if self._admit(("GetRecords", shard), q.get_records_calls, now) else THROTTLED
             if op == "GetShardIterator" and shard is not None:
                 return None if self._admit((op, shard), q.get_shard_iterator_calls, now) else THROTTLED
+            if op == "PutRecord" and shard is not None:
+                return None if self._writes_fit(shard, _record_bytes(req), now) else THROTTLED
             if op in self._control:
                 limit, per = self._control[op]
                 scope = _stream_of(req) if per == "stream" else "account"
@@ -180,6 +214,10 @@ class QuotaProxy(FaultProxy):
         if op == "GetRecords":
             with self._lock:
                 return self._iterators.get(req.get("ShardIterator", ""))
+        if op == "PutRecord":
+            stream = _stream_of(req)
+            (shard,) = self._shards.shards(stream, [_hash_key(req)])
+            return (stream, shard) if stream and shard else None
         return None
 
     def _describe(self, call: Seen, body: bytes) -> Seen:
@@ -189,12 +227,51 @@ class QuotaProxy(FaultProxy):
         refused = self._refusal(call, _request(body))
         if refused is not None:
             self._record(dataclasses.replace(call, injected=refused))
+            if call.operation == "PutRecord" and call.shard is not None:
+                return 400, _error(refused, record_error(refused, *call.shard)["ErrorMessage"])
             where = f" for shard {call.shard[1]} in stream {call.shard[0]}" if call.shard else ""
             return 400, _error(refused, f"Rate exceeded{where} (the test's quota server)")
         return super()._intercept(call, body)
 
+    def _unwritten(self, call: Seen, body: bytes) -> dict[int, dict[str, str]]:
+        unwritten = super()._unwritten(call, body)  # a fault rule's records spend no budget
+        q = self.quotas
+        if call.operation != "PutRecords" or (q.put_records_per_shard is None and q.put_bytes_per_shard is None):
+            return unwritten
+        req = _request(body)
+        stream, records = _stream_of(req), req.get("Records") or []
+        judged = [i for i in range(len(records)) if i not in unwritten]
+        owners = self._shards.shards(stream, [_hash_key(records[i]) for i in judged])
+        with self._lock:
+            for i, shard in zip(judged, owners, strict=True):
+                # a record of no known shard (no such stream): the backend answers it
+                if stream is not None and shard is not None:
+                    if not self._writes_fit((stream, shard), _record_bytes(records[i]), call.at):
+                        unwritten[i] = record_error(THROTTLED, stream, shard)
+        return unwritten
+
+    def _count_writes(self, call: Seen, body: bytes, data: bytes) -> None:
+        """Count the records the backend wrote, on the shards it names (a shard it names that was
+        not listed makes the stream's shards listed again)."""
+        req, resp = _request(body), json.loads(data)
+        stream = _stream_of(req)
+        if stream is None:
+            return
+        if call.operation == "PutRecords":
+            pairs = list(zip(req.get("Records", []), resp.get("Records", []), strict=True))
+        else:
+            pairs = [(req, resp)]
+        written = [(entry["ShardId"], _record_bytes(record)) for record, entry in pairs if "SequenceNumber" in entry]
+        with self._lock:
+            for shard, size in written:
+                self._put_written[(stream, shard)].append((call.at, size))
+        for shard in {shard for shard, _ in written}:
+            self._shards.written_to(stream, shard)
+
     def _transform(self, call: Seen, body: bytes, status: int, data: bytes) -> bytes:
         data = super()._transform(call, body, status, data)
+        if status == 200 and call.operation in ("PutRecords", "PutRecord"):
+            self._count_writes(call, body, data)
         if status != 200 or call.shard is None:
             return data
         resp = json.loads(data)
@@ -247,6 +324,49 @@ class QuotaProxy(FaultProxy):
         """How many calls a quota refused."""
         return len(self.calls(where=where, refused=True))
 
+    def written(self, stream: str | None = None, shard: str | None = None) -> list[tuple[float, int]]:
+        """``(time, bytes)`` of each record ``PutRecord(s)`` wrote (to that stream, that shard), in
+        time order: the time its request came in, the bytes its shard's write quota counted."""
+        return self._put_records(self._put_written, stream, shard)
+
+    def refused_records(self, stream: str | None = None, shard: str | None = None) -> list[tuple[float, int]]:
+        """``(time, bytes)`` of each record a write quota refused (a ``PutRecords`` entry, or a
+        whole ``PutRecord``), as :meth:`written`."""
+        return self._put_records(self._put_refused, stream, shard)
+
+    def write_shards(self) -> list[tuple[str, str]]:
+        """The ``(stream, shard)`` pairs written to or refused a write so far."""
+        with self._lock:
+            return sorted(set(self._put_written) | set(self._put_refused))
+
+    def peak_write_rate(
+        self,
+        window_s: float = 1.0,
+        *,
+        unit: str = "records",
+        stream: str | None = None,
+        since: float | None = None,
+    ) -> float:
+        """The most records (``unit="bytes"``: bytes) written to any one shard (of ``stream``; since
+        ``since``) in a ``window_s`` window, per second. The write quota keeps it at most its rate
+        plus the bucket's depth (one second's worth) spread over the window."""
+        best = 0
+        for st, shard in self.write_shards():
+            if stream is None or st == stream:
+                points = [(t, 1 if unit == "records" else n) for t, n in self.written(st, shard)]
+                best = max(best, _heaviest([p for p in points if since is None or p[0] >= since], window_s))
+        return best / window_s
+
+    def _put_records(
+        self, table: dict[tuple[str, str], list[tuple[float, int]]], stream: str | None, shard: str | None
+    ) -> list[tuple[float, int]]:
+        with self._lock:
+            return sorted(
+                p for (st, sh), points in table.items()
+                if (stream is None or st == stream) and (shard is None or sh == shard)
+                for p in points
+            )
+
     def peak_rate(
         self,
         op: str,
@@ -265,12 +385,20 @@ class QuotaProxy(FaultProxy):
 
 def _densest(times: list[float], window_s: float) -> int:
     """The most of ``times`` inside any half-open window of that length."""
-    times = sorted(times)
-    best, lo = 0, 0
-    for hi, t in enumerate(times):
-        while times[lo] <= t - window_s:
+    return _heaviest([(t, 1) for t in times], window_s)
+
+
+def _heaviest(points: list[tuple[float, int]], window_s: float) -> int:
+    """The largest sum of the weights of ``(time, weight)`` points inside any half-open window of
+    that length."""
+    points = sorted(points)
+    best, lo, total = 0, 0, 0
+    for t, weight in points:
+        total += weight
+        while points[lo][0] <= t - window_s:
+            total -= points[lo][1]
             lo += 1
-        best = max(best, hi - lo + 1)
+        best = max(best, total)
     return best
 
 
