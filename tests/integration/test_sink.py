@@ -8,20 +8,31 @@ from collections import defaultdict
 
 import pytest
 
+from tests.support.proxy import FaultProxy
+from tests.support.quota import QuotaProxy
 from tests.support.spark_query import read_available_now, stop_quietly
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
-def sink_options(kinesis_backend):
-    """What a write needs to reach the backend under test."""
-    return {
-        "endpointUrl": kinesis_backend,
-        "region": "us-east-1",
-        "awsAccessKeyId": "local",
-        "awsSecretKey": "local",
-    }
+def sink_proxy(kinesis_backend):
+    """A fault proxy in front of the backend, for the sink's writes: moto server's concurrent
+    ``PutRecords`` to one shard can lose a record, and the proxy forwards one stream's writes
+    one at a time."""
+    with FaultProxy(kinesis_backend) as proxy:
+        yield proxy
+
+
+def options_for(url: str) -> dict[str, str]:
+    """What a write needs to reach the server at ``url``."""
+    return {"endpointUrl": url, "region": "us-east-1", "awsAccessKeyId": "local", "awsSecretKey": "local"}
+
+
+@pytest.fixture
+def sink_options(sink_proxy):
+    """What a write needs to reach the backend under test (through ``sink_proxy``)."""
+    return options_for(sink_proxy.url)
 
 
 def stream_records(kinesis, stream: str) -> list[dict]:
@@ -47,44 +58,55 @@ def numbered_rows(n: int, keys: int) -> list[tuple[str, str]]:
     return [(f"key-{i % keys}", str(i)) for i in range(n)]
 
 
+def number(data: bytes) -> int:
+    """The row number in a record's data (``n``, or ``task:n`` as :func:`write_batch` tags it)."""
+    return int(bytes(data).rstrip(b".").split(b":")[-1])
+
+
 def written_numbers_by_key(records: list[tuple[str, bytes]]) -> dict[str, list[int]]:
     """Each key's row numbers in the order the stream holds them."""
     out: dict[str, list[int]] = defaultdict(list)
     for key, data in records:
-        out[key].append(int(data))
+        out[key].append(number(data))
     return out
 
 
-def assert_each_tasks_rows_in_order(by_key: dict[str, list[int]], slices: list[range]) -> None:
-    """Within each task's rows (a slice of the input), every key's rows are in row order."""
-    for key, numbers in by_key.items():
-        for rows in slices:
-            mine = [i for i in numbers if i in rows]
-            assert mine == sorted(mine), f"{key}'s rows of task {rows} out of order: {mine[:20]}"
+def assert_each_tasks_rows_in_order(records: list[tuple[str, bytes]]) -> None:
+    """Within each task's rows (tagged ``task:n`` by :func:`write_batch`), every key's rows are
+    in row order, as the stream holds them."""
+    by_task_and_key: dict[tuple[bytes, str], list[int]] = defaultdict(list)
+    for key, data in records:
+        task = bytes(data).split(b":")[0]
+        by_task_and_key[(task, key)].append(number(data))
+    assert len({task for task, _ in by_task_and_key}) > 1, "the write ran in several tasks"
+    for (task, key), numbers in by_task_and_key.items():
+        assert numbers == sorted(numbers), f"{key}'s rows of task {task!r} out of order: {numbers[:20]}"
 
 
-def write_batch(spark, rows, options, slices: int = 3, schema="partitionKey string, data string"):
+def write_batch(
+    spark, rows, options, slices: int = 3, schema: str = "partitionKey string, data string", tagged: bool = True
+):
+    """Write ``rows`` in ``slices`` tasks; with ``tagged``, each row's data is prefixed with the
+    Spark partition (task) that wrote it."""
+    from pyspark.sql import functions as F
+
     df = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), schema)
+    if tagged:
+        df = df.withColumn("data", F.concat_ws(":", F.spark_partition_id().cast("string"), "data"))
     df.write.format("kinesis-ddb").options(**options).mode("append").save()
-
-
-def slice_ranges(n: int, slices: int) -> list[range]:
-    """The rows each of ``parallelize``'s slices holds (contiguous, as it cuts a list)."""
-    return [range(i * n // slices, (i + 1) * n // slices) for i in range(slices)]
 
 
 def test_a_batch_write_puts_every_row_once_keeping_each_tasks_key_order(
     spark, kinesis, make_stream, sink_options
 ):
     stream = make_stream(3)
-    rows = numbered_rows(3000, keys=40)
+    rows = numbered_rows(3000, keys=200)
     write_batch(spark, rows, {**sink_options, "streamName": stream})
     records = stream_records(kinesis, stream)
-    numbers = sorted(int(r["Data"]) for r in records)
+    numbers = sorted(number(r["Data"]) for r in records)
     assert numbers == list(range(3000)), "every row exactly once"
-    assert all(r["PartitionKey"] == f"key-{int(r['Data']) % 40}" for r in records)
-    by_key = written_numbers_by_key([(r["PartitionKey"], r["Data"]) for r in records])
-    assert_each_tasks_rows_in_order(by_key, slice_ranges(3000, 3))
+    assert all(r["PartitionKey"] == f"key-{number(r['Data']) % 200}" for r in records)
+    assert_each_tasks_rows_in_order([(r["PartitionKey"], r["Data"]) for r in records])
 
 
 def test_binary_data_and_explicit_hash_keys_route_as_kinesis_does(spark, kinesis, make_stream, sink_options):
@@ -95,7 +117,7 @@ def test_binary_data_and_explicit_hash_keys_route_as_kinesis_does(spark, kinesis
     low = shards[0]["HashKeyRange"]["StartingHashKey"]
     rows = [(f"k{i}", bytes([i % 256, 0, 255]), low) for i in range(50)]
     write_batch(spark, rows, {**sink_options, "streamName": stream}, slices=2,
-                schema="partitionKey string, data binary, explicitHashKey string")
+                schema="partitionKey string, data binary, explicitHashKey string", tagged=False)
     records = stream_records(kinesis, stream)
     assert sorted(bytes(r["Data"]) for r in records) == sorted(d for _, d, _ in rows)
     assert {r["ShardId"] for r in records} == {shards[0]["ShardId"]}, "the explicit hash key routed every record"
@@ -152,11 +174,11 @@ def test_aggregated_writes_are_read_back_by_aws_kinesis_agg_and_by_the_source(
             data_format="Boto3",
         )
     ]
-    assert sorted(int(d) for _, d in theirs) == list(range(n))
-    assert_each_tasks_rows_in_order(written_numbers_by_key(theirs), slice_ranges(n, 3))
+    assert sorted(number(d) for _, d in theirs) == list(range(n))
+    assert_each_tasks_rows_in_order(theirs)
     ours = read_available_now(spark, {**source_options, "streamName": stream}, tmp_path / "read").rows()
-    assert sorted(int(r.data) for r in ours) == list(range(n))
-    assert all(r.partition_key == f"key-{int(r.data) % 30}" for r in ours)
+    assert sorted(number(r.data) for r in ours) == list(range(n))
+    assert all(r.partition_key == f"key-{number(r.data) % 30}" for r in ours)
 
 
 @pytest.mark.backends("moto")
@@ -237,3 +259,90 @@ def test_aggregates_built_before_a_reshard_send_again_the_rows_their_new_shard_d
             if lo <= kpl.effective_hash_key(key, hash_key) <= hi:
                 kept.append(int(data))
     assert sorted(kept) == list(range(1200)), "each row kept exactly once where it landed"
+
+
+def test_partial_failures_lose_nothing_and_keep_each_tasks_key_order(
+    spark, kinesis, make_stream, sink_proxy, sink_options
+):
+    stream = make_stream(3)
+    sink_proxy.fail_records(0.3)
+    rows = numbered_rows(3000, keys=200)
+    write_batch(spark, rows, {**sink_options, "streamName": stream})
+    assert sink_proxy.failed_records("InternalFailure") > 600
+    records = stream_records(kinesis, stream)
+    assert sorted(number(r["Data"]) for r in records) == list(range(3000)), "every row exactly once"
+    assert_each_tasks_rows_in_order([(r["PartitionKey"], r["Data"]) for r in records])
+
+
+@pytest.mark.backends("moto")
+def test_partial_failures_without_key_order_still_lose_nothing(spark, kinesis, make_stream, sink_proxy, sink_options):
+    stream = make_stream(2)
+    sink_proxy.fail_records(0.3)
+    write_batch(spark, numbered_rows(2000, keys=3), {**sink_options, "streamName": stream, "preserveKeyOrder": "false"})
+    assert sorted(number(r["Data"]) for r in stream_records(kinesis, stream)) == list(range(2000))
+
+
+@pytest.mark.backends("moto")
+def test_records_refused_past_their_retries_fail_the_write_naming_stream_count_and_code(
+    spark, make_stream, sink_proxy, sink_options
+):
+    stream = make_stream(1)
+    sink_proxy.fail_records(1.0)
+    df = spark.createDataFrame(numbered_rows(5, keys=5), "partitionKey string, data string").coalesce(1)
+    with pytest.raises(Exception) as err:
+        df.write.format("kinesis-ddb").options(**sink_options, streamName=stream, maxRecordRetries="1").mode(
+            "append"
+        ).save()
+    text = str(err.value)
+    assert f"could not be written to Kinesis stream '{stream}'" in text
+    assert "refused each of them 2 times" in text and "InternalFailure x" in text
+    # every record's first attempt, then retries until the first record ran out of them
+    assert 6 <= sink_proxy.failed_records() <= 10
+
+
+def test_one_task_writes_within_the_shards_write_quotas_and_is_never_refused(
+    spark, kinesis_backend, kinesis, make_stream
+):
+    stream = make_stream(2)
+    with QuotaProxy(kinesis_backend) as quota:
+        rows = [(f"key-{i % 50}", f"{i}".ljust(1000, ".")) for i in range(3000)]
+        df = spark.createDataFrame(rows, "partitionKey string, data string").coalesce(1)
+        df.write.format("kinesis-ddb").options(**options_for(quota.url), streamName=stream).mode("append").save()
+        assert quota.refused_records(stream) == [], "the sink paced itself to the quotas"
+        assert len(quota.written(stream)) == 3000
+    assert sorted(number(r["Data"]) for r in stream_records(kinesis, stream)) == list(range(3000))
+
+
+@pytest.mark.backends("moto")  # kinesis-local writes slower than one shard's quota: nothing is refused
+def test_writes_beside_another_writer_of_the_same_shards_are_refused_retried_and_all_land(
+    spark, kinesis_backend, kinesis, make_stream
+):
+    import threading
+
+    import boto3
+
+    stream = make_stream(1)
+    with QuotaProxy(kinesis_backend) as quota:
+        neighbour = boto3.client("kinesis", **{
+            "endpoint_url": quota.url, "region_name": "us-east-1",
+            "aws_access_key_id": "neighbour", "aws_secret_access_key": "x"})
+        stop = threading.Event()
+
+        def write_beside() -> None:  # another application: 90 records every 0.1 s, 90% of the quota
+            while not stop.wait(0.1):
+                neighbour.put_records(
+                    StreamName=stream, Records=[{"PartitionKey": "other", "Data": b"n"} for _ in range(90)]
+                )
+
+        thread = threading.Thread(target=write_beside, daemon=True)
+        thread.start()
+        try:
+            options = {**options_for(quota.url), "streamName": stream}
+            write_batch(spark, numbered_rows(1500, keys=300), options, slices=2)
+        finally:
+            stop.set()
+            thread.join(10)
+        assert quota.refused_records(stream), "the shard's quota was spent by both writers"
+    records = [r for r in stream_records(kinesis, stream) if r["PartitionKey"] != "other"]
+    assert sorted(number(r["Data"]) for r in records) == list(range(1500))
+    assert_each_tasks_rows_in_order([(r["PartitionKey"], r["Data"]) for r in records])
