@@ -4,13 +4,15 @@ back by plain boto3 calls, aws-kinesis-agg and this project's source."""
 from __future__ import annotations
 
 import base64
-from collections import defaultdict
+from collections import Counter, defaultdict
+from typing import Any
 
 import pytest
 
 from tests.support.proxy import FaultProxy
 from tests.support.quota import QuotaProxy
 from tests.support.spark_query import read_available_now, stop_quietly
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -346,3 +348,41 @@ def test_writes_beside_another_writer_of_the_same_shards_are_refused_retried_and
     records = [r for r in stream_records(kinesis, stream) if r["PartitionKey"] != "other"]
     assert sorted(number(r["Data"]) for r in records) == list(range(1500))
     assert_each_tasks_rows_in_order([(r["PartitionKey"], r["Data"]) for r in records])
+
+
+@pytest.mark.backends("moto")
+def test_a_micro_batch_replayed_after_its_write_failed_loses_nothing_and_repeats_only_its_own_rows(
+    spark, kinesis, make_stream, sink_proxy, sink_options, source_options, tmp_path
+):
+    source, target = make_stream(2), make_stream(2)
+    kinesis.put_records(
+        StreamName=source, Records=[{"PartitionKey": f"key-{i % 20}", "Data": str(i).encode()} for i in range(400)]
+    )
+
+    def copy() -> Any:
+        return (
+            spark.readStream.format("kinesis-ddb").options(**{**source_options, "streamName": source}).load()
+            .selectExpr("data", "partitionKey")
+            .writeStream.format("kinesis-ddb")
+            .options(**{**sink_options, "streamName": target, "maxRetries": "1", "retryBaseDelayMs": "20"})
+            .option("checkpointLocation", str(tmp_path / "copy"))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    sink_proxy.fail({"PutRecords"}, 0.5)  # whole calls fail: a task gives up after its retry
+    failed = copy()
+    try:
+        wait_for(lambda: not failed.isActive, timeout=180, what="the copy to fail")
+        assert failed.exception() is not None, "the write failed"
+    finally:
+        stop_quietly(failed)
+    sink_proxy.clear()
+    again = copy()  # Spark replays the batch whose offsets it logged: its rows are written again
+    try:
+        assert again.awaitTermination(180) and again.exception() is None
+    finally:
+        stop_quietly(again)
+    written = Counter(number(r["Data"]) for r in stream_records(kinesis, target))
+    assert set(written) == set(range(400)), "every row of the source"
+    assert max(written.values()) <= 2, "a row is written again only by the replay of its batch"
