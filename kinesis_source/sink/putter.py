@@ -244,8 +244,11 @@ class Putter:
             resp = self._client.put_records(StreamName=self._stream, Records=[e.request for e in entries])
         self.report.requests += 1
         now = self._clock()
+        for shard in {e.shard for e in entries}:
+            self._budget.answered(shard, now)
         refused: Counter[str] = Counter()
         given_up: Counter[str] = Counter()
+        throttled: set[str] = set()
         mislanded: list[tuple[_Entry, str]] = []
         for entry, result in zip(entries, resp["Records"], strict=True):
             code = result.get("ErrorCode")
@@ -259,12 +262,14 @@ class Putter:
             refused[code] += 1
             entry.retries += 1
             if code == THROTTLED:
-                self._budget.refused(entry.shard, now)
+                throttled.add(entry.shard)
             else:
                 entry.not_before = now + self._backoff.delay(entry.retries, throttled=False)
             if entry.retries > self._opts.max_record_retries:
                 given_up[code] += 1
             heapq.heappush(self._ready, entry)  # with preserveKeyOrder, still its unit's oldest
+        for shard in throttled:
+            self._budget.refused(shard, now)
         for code, n in refused.items():
             self.report.refused[code] = self.report.refused.get(code, 0) + n
         if given_up:

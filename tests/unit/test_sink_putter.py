@@ -148,6 +148,37 @@ def test_a_refusal_for_throughput_slows_the_shard_and_the_rate_comes_back():
     assert budget.share("a") == 1.0
 
 
+def test_an_answer_refusing_many_records_of_a_shard_cuts_its_rate_once():
+    client = FakeKinesis()
+    first = True
+    original_put = client.put_records
+
+    def refuse_the_first_request(StreamName, Records):  # noqa: N803
+        nonlocal first
+        if first:
+            first = False
+            code = {"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "x"}
+            return {"FailedRecordCount": len(Records), "Records": [code] * len(Records)}
+        return original_put(StreamName, Records)
+
+    client.put_records = refuse_the_first_request
+    p = putter(client)
+    p.write(rows(40, keys=40))
+    assert p._budget.share("shard-0") == pytest.approx(0.7, abs=0.05)  # one cut, not one per record
+    assert p._budget.share("shard-1") == pytest.approx(0.7, abs=0.05)
+    assert p.report.refused["ProvisionedThroughputExceededException"] == 40
+
+
+def test_the_refill_after_a_burst_from_a_full_bucket_counts_from_its_answer():
+    budget = WriteBudget(1000.0, 1000.0)
+    assert budget.take("a", 1000, 0.0)  # the whole bucket, sent at 0.0
+    budget.answered("a", 0.05)  # Kinesis got it somewhere before 0.05
+    assert budget.wait_s("a", 100, 0.05) == pytest.approx(0.1)  # not 0.05: refill from the answer
+    assert budget.take("a", 100, 0.1501)
+    budget.answered("a", 0.2)  # not from a full bucket: no effect
+    assert budget.wait_s("a", 100, 0.2) == pytest.approx(0.05, abs=0.001)
+
+
 def test_aggregates_group_one_shards_rows_below_the_size_limit():
     client = FakeKinesis()
     putter(client, aggregate="true", aggregationMaxBytes="2000").write(rows(400, keys=40, size=20))
