@@ -14,14 +14,19 @@ pytestmark = pytest.mark.spark
 OLD_PYTHON = Path(__file__).resolve().parents[2] / ".venv-pyspark40" / "bin" / "python"
 
 
-def test_pyspark_4_0_reads_every_record_once():
+def smoke(module: str) -> dict:
+    """Run ``module`` with pyspark 4.0's interpreter; the JSON line it printed last."""
     assert OLD_PYTHON.exists(), "run ./dev setup: it makes .venv-pyspark40"
     proc = subprocess.run(
-        [str(OLD_PYTHON), "-m", "tests.support.smoke_read"],
+        [str(OLD_PYTHON), "-m", module],
         cwd=OLD_PYTHON.parents[2], capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_pyspark_4_0_reads_every_record_once():
+    result = smoke("tests.support.smoke_read")
     assert result["pyspark"].startswith("4.0."), result["pyspark"]
     assert result["error"] is None
     assert len(result["got"]) == len(set(map(tuple, result["got"]))) == 150
@@ -48,13 +53,7 @@ def test_pyspark_4_0_reads_every_record_once():
 
 
 def test_pyspark_4_0_writes_batches_and_streams_through_the_sink():
-    assert OLD_PYTHON.exists(), "run ./dev setup: it makes .venv-pyspark40"
-    proc = subprocess.run(
-        [str(OLD_PYTHON), "-m", "tests.support.smoke_write"],
-        cwd=OLD_PYTHON.parents[2], capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = smoke("tests.support.smoke_write")
     assert result["pyspark"].startswith("4.0."), result["pyspark"]
     assert result["error"] is None
     assert result["batch"] == sorted(f"b-{i}" for i in range(90))

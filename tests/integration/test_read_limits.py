@@ -12,7 +12,7 @@ from kinesis_source.positions import seq_key
 from tests.integration.test_stream_read import assert_exactly_once_in_order
 from tests.support.producer import Producer
 from tests.support.quota import as_users_run
-from tests.support.spark_query import Collector, running, start_triggered, stop_quietly
+from tests.support.spark_query import Collector, read_to_end, running, start_triggered, stop_quietly
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -62,16 +62,10 @@ def test_trigger_once_reads_everything_despite_the_limit(
     stream = make_stream(2)
     producer = Producer(kinesis, stream)
     producer.put(500)
-    sink = Collector()
     options = {**source_options, "streamName": stream, "maxRecordsPerBatch": "100"}
-    query = start_triggered(spark, options, tmp_path / "ck", sink, once=True)
-    try:
-        assert query.awaitTermination(180), "Trigger.Once did not stop"
-        assert query.exception() is None
-        assert len(sink.deliveries) == 1
-        assert_exactly_once_in_order(sink.rows(), producer.sent)
-    finally:
-        stop_quietly(query)
+    sink = read_to_end(spark, options, tmp_path / "ck", 180, once=True)
+    assert len(sink.deliveries) == 1
+    assert_exactly_once_in_order(sink.rows(), producer.sent)
 
 
 def test_trigger_once_at_the_default_call_budget_reads_every_shards_records(
@@ -82,15 +76,8 @@ def test_trigger_once_at_the_default_call_budget_reads_every_shards_records(
     stream = make_stream(4)
     producer = Producer(kinesis, stream)
     producer.put(400)
-    sink = Collector()
-    options = as_users_run({**source_options, "streamName": stream})
-    query = start_triggered(spark, options, tmp_path / "ck", sink, once=True)
-    try:
-        assert query.awaitTermination(180), "Trigger.Once did not stop"
-        assert query.exception() is None
-        assert_exactly_once_in_order(sink.rows(), producer.sent)
-    finally:
-        stop_quietly(query)
+    sink = read_to_end(spark, as_users_run({**source_options, "streamName": stream}), tmp_path / "ck", 180, once=True)
+    assert_exactly_once_in_order(sink.rows(), producer.sent)
 
 
 class TimedProducer:

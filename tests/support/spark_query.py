@@ -99,10 +99,16 @@ def start_triggered(
 def read_available_now(spark: Any, options: dict[str, str], checkpoint: Path, timeout_s: float = 240) -> Collector:
     """Run a ``Trigger.AvailableNow`` query to its end (it must stop by itself, without an
     error, within ``timeout_s``) and return what its sink got."""
+    return read_to_end(spark, options, checkpoint, timeout_s, availableNow=True)
+
+
+def read_to_end(spark: Any, options: dict[str, str], checkpoint: Path, timeout_s: float, **trigger: Any) -> Collector:
+    """Run a query with a trigger that ends by itself (``availableNow=True``, ``once=True``) to
+    its end, without an error, within ``timeout_s``; return what its sink got."""
     sink = Collector()
-    query = start_triggered(spark, options, checkpoint, sink, availableNow=True)
+    query = start_triggered(spark, options, checkpoint, sink, **trigger)
     try:
-        assert query.awaitTermination(timeout_s), "Trigger.AvailableNow did not stop by itself"
+        assert query.awaitTermination(timeout_s), f"the query ({trigger}) did not stop by itself"
         assert query.exception() is None
     finally:
         stop_quietly(query)
