@@ -4,12 +4,12 @@
     .venv/bin/python -m benchmarks [--quick] [--only <suite>,...]
 
 (suites: read_path, kpl, commit, planning, memory, e2e, e2e_canned, overhead, quota, tasks,
-overread, catchup, latency)
+overread, catchup, latency, sink)
 
 ``--quick`` runs smoke sizes (a minute or few, to check the suite works); without it the sizes are
 those published. One moto server and one Spark session serve the whole run (``e2e_canned`` starts
 its own canned Kinesis server and keeps only DynamoDB on moto; ``quota`` puts a quota-enforcing
-proxy in front of moto's Kinesis, as do ``tasks``, ``overread`` and ``catchup``).
+proxy in front of moto's Kinesis, as do ``tasks``, ``overread``, ``catchup`` and ``sink``).
 
 A run's results file holds what that run measured, nothing else: ``<date>[-quick].json``, or
 ``<date>[-quick]-<suite>+<suite>.json`` for ``--only``. The doc's generated part shows a full-size
@@ -43,6 +43,7 @@ from benchmarks import (
     quota,
     read_path,
     report,
+    sink,
     tasks,
 )
 from benchmarks.common import local_env, machine
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         _run("kpl", lambda: kpl.run_suite(q), results)
     if "memory" in only:
         _run("memory", lambda: memory.run_suite(q), results)
-    spark_suites = {"e2e", "e2e_canned", "overhead", "quota", "tasks", "overread", "catchup", "latency"}
+    spark_suites = {"e2e", "e2e_canned", "overhead", "quota", "tasks", "overread", "catchup", "latency", "sink"}
     if only & ({"commit", "planning"} | spark_suites):
         from kinesis_source.tools.local import LocalEndpoint
 
@@ -127,6 +128,8 @@ def main(argv: list[str] | None = None) -> None:
                         _run("catchup", lambda: catchup.run_suite(spark, ep.url, q), results)
                     if "latency" in only:
                         _run("latency", lambda: latency.run_suite(spark, ep.url, q), results)
+                    if "sink" in only:
+                        _run("sink", lambda: sink.run_suite(spark, ep.url, q), results)
                 finally:
                     spark.stop()
     results["targets"] = report.targets(results)

@@ -42,6 +42,7 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     _tasks_targets(add, res.get("tasks"))
     _catchup_targets(add, res.get("catchup"))
     _latency_targets(add, res.get("latency"))
+    _sink_targets(add, res.get("sink"))
     over = res.get("overread")
     if over:
         ratio = over["executor_ratio"]
@@ -153,6 +154,28 @@ def _latency_targets(add: Any, lat: dict[str, Any] | None) -> None:
         f"{refused} of {efo['subscribe_calls']} calls", refused == 0)
 
 
+def _sink_targets(add: Any, sink: dict[str, Any] | None) -> None:
+    """The sink's rows: its records/s against a raw boto3 ``PutRecords`` loop on the quota
+    server, and a single task's write rate per shard against the 1 MiB/s quota, unrefused."""
+    if not sink:
+        return
+    t = sink["throughput"]
+    w = t["writers"]
+    ratio = t["ratio_sink_over_raw"]
+    add(f"sink records/s / raw boto3 PutRecords loop, {t['shards']} shards, quota server", ">= 1x", ratio,
+        f"{ratio:.2f}x ({w['sink']['rps']['median']:,.0f} vs {w['raw']['rps']['median']:,.0f} records/s; "
+        f"records refused: sink {w['sink']['refused']['median']:,.0f}, raw {w['raw']['refused']['median']:,.0f})",
+        ratio >= 1.0)
+    single = [r for r in sink["write_rate"] if r["tasks"] == 1]
+    if single:
+        worst = min(r["ratio_worst"] for r in single)
+        refused = sum(r["refused"] for r in single)
+        add("sink write rate per shard / 1 MiB/s, one task (worst shard); records refused", ">= 0.9; = 0", worst,
+            ", ".join(f"{r['ratio_worst']:.2f} ({_shards(r['shards'])}; {r['ratio_without_burst_worst']:.2f} without "
+                      f"the first second's burst), refused {r['refused']}" for r in single),
+            worst >= 0.9 and refused == 0)
+
+
 CPU_BOUND = ", CPU-bound here"
 
 
@@ -223,7 +246,7 @@ def _s(s: dict[str, Any], digits: int = 0, scale: float = 1.0) -> str:
 
 
 SUITES = ("read_path", "kpl", "commit", "planning", "memory", "e2e", "e2e_canned", "overhead", "quota", "tasks",
-          "overread", "catchup", "latency")
+          "overread", "catchup", "latency", "sink")
 _RUN_KEYS = ("command", "date", "quick", "machine", "results_file")
 
 
@@ -298,7 +321,7 @@ def render(res: dict[str, Any]) -> str:
                      f"{'pass' if t['pass'] else '**fail**'} |")
     lines += _read_path(res) + _kpl(res) + _e2e(res) + _planning(res) + _commit(res)
     lines += _overhead(res) + _memory(res) + _quota(res) + _tasks(res) + _overread(res) + _catchup(res)
-    lines += _latency(res)
+    lines += _latency(res) + _sink(res)
     lines += ["", END]
     return "\n".join(lines)
 
@@ -595,6 +618,54 @@ def _latency(res: dict[str, Any]) -> list[str]:
         calls = f"{r['subscribe_calls']} ({sum(r['refused'].values())})" if mode == "efo" else "-"
         out.append(f"| {mode} | {r['seconds']:.0f} s | {r['rows']:,} | {ms['p50']:,.0f} ms | {ms['p95']:,.0f} ms | "
                    f"{ms['max']:,.0f} ms | {per['p50']:.2f} s | {per['p95']:.2f} s | {calls} |")
+    return out
+
+
+def _sink(res: dict[str, Any]) -> list[str]:
+    s = res.get("sink")
+    if not s:
+        return []
+    t = s["throughput"]
+    w = t["writers"]
+    out = ["", "### 12. Sink: `df.write.format(\"kinesis-ddb\")` (quota-enforcing proxy in front of moto: 1,000 "
+           "records/s and 1 MiB/s per shard)", "",
+           f"Throughput: {t['records']:,} records of {t['record_bytes']} B, {t['keys']} partition keys (a quarter "
+           f"of them per shard), {t['shards']} shards, {t['repeats']} repeat(s), the writers in turn. The sink writes "
+           f"a cached DataFrame of {t['partitions']} partitions, default options, one `.save()` timed; the raw loop "
+           "is `PutRecords` of 500 records, each answer's refused records sent again at once (in its own process); "
+           "the sink's other settings are for information. "
+           "Write window: first to last record accepted at the proxy. The quota's floor for these records: "
+           f"{t['quota_floor_seconds']:.1f} s ({t['quota_floor_rps'] or 0:,.0f} records/s).", "",
+           "| writer | records/s | x raw | seconds | write window | before the first accepted record | "
+           "PutRecords calls | Kinesis records | records refused |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    raw = w["raw"]["rps"]["median"]
+    first = ["raw", "sink", "sink_aggregate"]
+    order = t.get("writer_order") or first + sorted(set(t["labels"]) - set(first))
+    for name in order:
+        r, label = w[name], t["labels"][name]
+        before = f"{_s(r['before_first_accepted'], 2)} s" if "before_first_accepted" in r else "-"
+        out.append(f"| {label} | {_s(r['rps'])} | {r['rps']['median'] / raw:.2f} | {_s(r['seconds'], 2)} s | "
+                   f"{_s(r['window_seconds'], 2)} s | {before} | {_s(r['calls'])} | "
+                   f"{r['records_written']['median']:,.0f} | {_s(r['refused'])} |")
+    rate = s["write_rate"]
+    if rate:
+        out += ["", f"Write rate: one write of {s['mib_per_shard']:g} MiB per shard of "
+                f"{rate[0]['record_bytes']:,}-byte records (and 2-3 character partition keys), by one task "
+                "(`.coalesce(1)`) or two writing the same shards at once (`.repartition(2)`). Per shard: the bytes "
+                "accepted over its write window (first to last accepted record) / 1 MiB/s; the same without the "
+                "bucket's first second ((bytes - 1 MiB) / window: at most 1.0 under the quota); the busiest "
+                "1-second window; records refused (every shard).", "",
+                "| shards | tasks | MiB written | `.save()` | to the first accepted record | window (worst shard) | "
+                "rate / 1 MiB/s: worst (median) | without the first second (worst) | busiest second | "
+                "records refused | PutRecords calls |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rate:
+            worst = min(r["per_shard"], key=lambda p: p["ratio"])
+            out.append(f"| {r['shards']} | {r['tasks']} | {r['bytes_written'] / 1048576:.1f} | {r['seconds']:.2f} s | "
+                       f"{r['before_first_accepted']:.2f} s | {worst['window_seconds']:.2f} s | "
+                       f"{r['ratio_worst']:.2f} ({r['ratio_median']:.2f}) | {r['ratio_without_burst_worst']:.2f} | "
+                       f"{r['peak_1s_mib']:.2f} MiB | {r['refused']:,} | {r['calls']:,} |")
     return out
 
 

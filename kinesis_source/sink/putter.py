@@ -152,18 +152,16 @@ class Putter:
         """Read rows ahead into the queue; False once the input is spent."""
         taken: list[UserRecord] = []
         nbytes = self._bytes
+        more = False
         for user in rows:
             taken.append(user)
             nbytes += user.size
             if self._size + len(taken) >= READ_AHEAD_RECORDS or nbytes >= READ_AHEAD_BYTES:
+                more = True
                 break
-        else:
-            self.report.rows += len(taken)
-            self._queue_rows(taken)
-            return False
         self.report.rows += len(taken)
         self._queue_rows(taken)
-        return True
+        return more
 
     def _queue_rows(self, users: list[UserRecord]) -> None:
         if self._opts.aggregate:
