@@ -69,3 +69,23 @@ def test_a_stream_given_by_arn_is_read_and_named_by_arn_in_every_call(
     assert {"ListShards", "GetShardIterator", "GetRecords", "DescribeStreamSummary"} <= named, named
     records_calls = [keys for op, keys in ours if op == "GetRecords"]
     assert records_calls and all(keys.get("StreamARN") == arn for keys in records_calls)
+
+
+def test_a_stream_written_by_arn_is_named_by_arn_in_every_call(spark, kinesis, kinesis_backend, make_stream):
+    stream = make_stream(2)
+    arn = kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamARN"]
+    with Addressing(kinesis_backend) as proxy:
+        df = spark.createDataFrame([(f"k{i % 9}", f"v{i}") for i in range(200)], "partitionKey string, data string")
+        df.write.format("kinesis-ddb").options(
+            streamARN=arn, endpointUrl=proxy.url, awsAccessKeyId="local", awsSecretKey="local"
+        ).mode("append").save()
+    ours = [(op, keys) for key, op, keys in proxy.named if key == "local"]
+    assert {op for op, keys in ours if keys.get("StreamARN") == arn} == {"ListShards", "PutRecords"}
+    assert all("StreamName" not in keys for _, keys in ours), ours
+    written = []
+    for shard in kinesis.list_shards(StreamName=stream)["Shards"]:
+        iterator = kinesis.get_shard_iterator(
+            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        written += [r["Data"] for r in kinesis.get_records(ShardIterator=iterator)["Records"]]
+    assert sorted(written) == sorted(f"v{i}".encode() for i in range(200))
