@@ -18,22 +18,28 @@ FORMAT = "kinesis-ddb"
 __all__ = ["FORMAT", "register", "__version__"]
 
 
-def register(spark: Any, on_commit: Callable[..., Any] | None = None) -> None:
+def register(
+    spark: Any, on_commit: Callable[..., Any] | None = None, on_write: Callable[..., Any] | None = None
+) -> None:
     """Register the ``kinesis-ddb`` format on a SparkSession.
 
-    ``on_commit(info: CommitInfo)`` is called after every DynamoDB commit. It runs in Spark's
-    driver-side Python helper process, not in this process: it travels pickled with the source
-    class, so it must be picklable (cloudpickle) and must not rely on this process's state.
+    ``on_commit(info: CommitInfo)`` is called after every DynamoDB commit of a read;
+    ``on_write(info: WriteInfo)`` after every batch write or micro-batch the sink wrote. They run
+    in Spark's driver-side Python processes, not in this process: they travel pickled with the
+    source class, so they must be picklable (cloudpickle) and must not rely on this process's
+    state.
     """
     from kinesis_source.source import KinesisDataSource
 
     # A class made here is pickled by value (cloudpickle), carrying what it holds with it: the
     # callback, and the cluster's parallelism (the helper that plans batches has no session).
     callback = staticmethod(on_commit) if on_commit is not None else None
+    written = staticmethod(on_write) if on_write is not None else None
     parallelism = _parallelism(spark)
 
     class KinesisDataSourceRegistered(KinesisDataSource):
         commit_callback = callback
+        write_callback = written
         cluster_parallelism = parallelism
 
     _share_zip_path(spark)
@@ -44,13 +50,14 @@ def register(spark: Any, on_commit: Callable[..., Any] | None = None) -> None:
             raise
         # pyspark 4.0 refuses to replace a format it registered from pyspark_kinesis_ddb (4.3
         # replaces it). The registered source is this one; only what register() adds is lost.
-        if on_commit is not None:
+        if on_commit is not None or on_write is not None:
             from kinesis_source.errors import OptionError
 
+            which, option = ("on_commit", "onCommit") if on_commit is not None else ("on_write", "onWrite")
             raise OptionError(
                 "This pyspark cannot replace the format 'kinesis-ddb' it registered by itself "
-                "(module pyspark_kinesis_ddb), so register(spark, on_commit=...) cannot attach "
-                "the callback: give it with option 'onCommit' ('module:function') instead"
+                f"(module pyspark_kinesis_ddb), so register(spark, {which}=...) cannot attach "
+                f"the callback: give it with option '{option}' ('module:function') instead"
             ) from None
 
 

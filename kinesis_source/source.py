@@ -74,6 +74,7 @@ class KinesisDataSource(DataSource):
 
     # Set on a subclass by ``register(spark, ...)``; they travel pickled with the class.
     commit_callback: Any = None
+    write_callback: Any = None  # the sink's, from register(spark, on_write=...)
     cluster_parallelism: int | None = None  # the session's defaultParallelism (shardsPerTask)
 
     @classmethod
@@ -102,14 +103,14 @@ class KinesisDataSource(DataSource):
         on the driver, before any task writes (kinesis_source/sink/)."""
         from kinesis_source.sink.writer import make_writer
 
-        return make_writer(dict(self.options), schema, overwrite, streaming=False)
+        return make_writer(dict(self.options), schema, overwrite, streaming=False, callback=type(self).write_callback)
 
     @surfaced
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
         """``df.writeStream.format("kinesis-ddb")``: as :meth:`writer`, once per query run."""
         from kinesis_source.sink.writer import make_writer
 
-        return make_writer(dict(self.options), schema, overwrite, streaming=True)
+        return make_writer(dict(self.options), schema, overwrite, streaming=True, callback=type(self).write_callback)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from kinesis_source.aws.options import ConnectionOptions
 from kinesis_source.errors import OptionError
 from kinesis_source.option_decl import markdown_table, option, parse_options
-from kinesis_source.option_values import byte_rate_in, int_in, parse_bool, parse_stream_arns, parse_stream_names
+from kinesis_source.option_values import (
+    byte_rate_in,
+    int_in,
+    parse_bool,
+    parse_callback_path,
+    parse_stream_arns,
+    parse_stream_names,
+)
 
 MIB = 1024 * 1024
 SHARD_WRITE_BYTES_PER_S = MIB  # Kinesis' write quota per shard, every writer together
@@ -120,6 +127,17 @@ class SinkOptions(ConnectionOptions):
         "records were refused and why. Throttled records wait for the shard's write budget, "
         "not a fixed backoff.",
         int_in(0, 1000),
+    )
+
+    on_write: str | None = option(
+        "onWrite",
+        "string",
+        None,
+        "Callback `package.module:function` called with a `WriteInfo` (stream, batch id, rows, "
+        "Kinesis records, bytes, requests, records refused by error code) after each batch write "
+        "or micro-batch has written all its rows, in Spark's driver-side Python process (it must "
+        "be importable there). If it raises, the write fails; its rows stay written.",
+        parse_callback_path,
     )
 
     def __post_init__(self) -> None:

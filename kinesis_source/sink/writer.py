@@ -13,12 +13,14 @@ once: a retried task, or a micro-batch Spark runs again after a failure, writes 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, WriterCommitMessage
 
+from kinesis_source.errors import KinesisDdbError
 from kinesis_source.sink.options import SinkOptions
 from kinesis_source.sink.putter import Putter, WriteReport
 from kinesis_source.sink.rows import Columns, SinkInputError, check_schema, from_arrow, from_rows
@@ -45,8 +47,31 @@ class SinkCommitMessage(WriterCommitMessage):
     report: WriteReport
 
 
-def make_writer(options: dict[str, str], schema: Any, overwrite: bool, streaming: bool) -> _Writer:
-    """Check the options, the columns and the stream on the driver; the writer for the tasks."""
+@dataclass(frozen=True)
+class WriteInfo:
+    """What an ``onWrite`` callback receives once a batch write, or a micro-batch, has written
+    all its rows (every task's figures summed)."""
+
+    stream: str
+    batch_id: int | None  # the micro-batch; None for a batch write
+    tasks: int
+    rows: int
+    records: int  # Kinesis records (fewer than rows when aggregating)
+    bytes: int
+    requests: int
+    refused: Mapping[str, int]  # error code -> records refused (and sent again)
+    rerouted_rows: int  # aggregated rows sent again after a reshard
+
+
+class WriteCallbackError(KinesisDdbError, RuntimeError):
+    """An ``onWrite`` callback raised (the rows were written)."""
+
+
+def make_writer(
+    options: dict[str, str], schema: Any, overwrite: bool, streaming: bool, callback: Callable[..., Any] | None = None
+) -> _Writer:
+    """Check the options, the columns and the stream on the driver; the writer for the tasks
+    (``callback``: one given to ``register(spark, on_write=...)``)."""
     from kinesis_source.aws.clients import AwsSettings
 
     opts = SinkOptions.parse({k: v for k, v in options.items() if k.lower() not in _SPARKS_KEYS})
@@ -59,17 +84,24 @@ def make_writer(options: dict[str, str], schema: Any, overwrite: bool, streaming
     columns = check_schema(schema, opts.stream)
     client = AwsSettings.for_kinesis(opts).failing_fast().boto3_client("kinesis")
     shards = ShardMap.load(client, opts.stream)
+    if opts.on_write:
+        from kinesis_source.option_values import import_function
+
+        import_function(opts.on_write, "onWrite", "this driver")  # a bad path fails here, not after the write
     cls = KinesisStreamWriter if streaming else KinesisBatchWriter
-    return cls(opts, columns, shards)
+    return cls(opts, columns, shards, callback)
 
 
 class _Writer:
     """What the batch and the streaming writer share: the task's write and the summary."""
 
-    def __init__(self, opts: SinkOptions, columns: Columns, shards: ShardMap) -> None:
+    def __init__(
+        self, opts: SinkOptions, columns: Columns, shards: ShardMap, callback: Callable[..., Any] | None = None
+    ) -> None:
         self._opts = opts
         self._columns = columns
         self._shards = shards
+        self._callback = callback
 
     def _write(self, rows: Iterator[Any], arrow: bool) -> SinkCommitMessage:
         from kinesis_source.aws.clients import AwsSettings, shared_client
@@ -86,15 +118,38 @@ class _Writer:
                 total.add(message.report)
         return total
 
-    def _log(self, what: str, messages: list[Any]) -> None:
+    def _committed(self, what: str, messages: list[Any], batch_id: int | None) -> None:
+        """Log what the write did and tell the callbacks."""
         total = self._summary(messages)
+        self._log(what, total, len(messages))
+        info = WriteInfo(
+            stream=self._opts.stream, batch_id=batch_id, tasks=len(messages), rows=total.rows,
+            records=total.records, bytes=total.bytes, requests=total.requests,
+            refused=MappingProxyType(dict(total.refused)), rerouted_rows=total.rerouted_rows,
+        )
+        callbacks = [self._callback] if self._callback else []
+        if self._opts.on_write:
+            from kinesis_source.option_values import import_function
+
+            callbacks.append(import_function(self._opts.on_write, "onWrite", "Spark's driver-side Python process"))
+        for callback in callbacks:
+            try:
+                callback(info)
+            except Exception as exc:
+                name = getattr(callback, "__qualname__", repr(callback))
+                raise WriteCallbackError(
+                    f"Write callback {name} raised {type(exc).__name__}: {exc} ({what.lower()}'s "
+                    f"{total.rows} rows were written to Kinesis stream '{self._opts.stream}')"
+                ) from exc
+
+    def _log(self, what: str, total: WriteReport, tasks: int) -> None:
         refused = ", ".join(f"{code} x{n}" for code, n in sorted(total.refused.items())) or "none"
         log.info(
             "%s: %d rows written to Kinesis stream %s as %d records (%d bytes) in %d PutRecords "
             "requests by %d tasks; records refused and retried: %s; aggregated rows sent again "
             "after a reshard: %d",
             what, total.rows, self._opts.stream, total.records, total.bytes, total.requests,
-            len(messages), refused, total.rerouted_rows,
+            tasks, refused, total.rerouted_rows,
         )
 
     def _log_abort(self, what: str, messages: list[Any]) -> None:
@@ -116,7 +171,7 @@ class KinesisBatchWriter(_Writer, DataSourceArrowWriter):
 
     def commit(self, messages: list[Any]) -> None:
         """Log what the write did (driver)."""
-        self._log("Batch write", messages)
+        self._committed("Batch write", messages, None)
 
     def abort(self, messages: list[Any]) -> None:
         """Log what a failed write left written (driver)."""
@@ -132,7 +187,7 @@ class KinesisStreamWriter(_Writer, _StreamWriterBase):
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's name
         """Log what the micro-batch wrote (driver)."""
-        self._log(f"Micro-batch {batchId}", messages)
+        self._committed(f"Micro-batch {batchId}", messages, batchId)
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's name
         """Log what a failed micro-batch left written (driver)."""

@@ -386,3 +386,60 @@ def test_a_micro_batch_replayed_after_its_write_failed_loses_nothing_and_repeats
     written = Counter(number(r["Data"]) for r in stream_records(kinesis, target))
     assert set(written) == set(range(400)), "every row of the source"
     assert max(written.values()) <= 2, "a row is written again only by the replay of its batch"
+
+
+@pytest.mark.backends("moto")
+def test_write_callbacks_hear_each_write_and_micro_batch_and_one_that_raises_fails_the_write(
+    spark, kinesis, make_stream, sink_options, source_options, tmp_path
+):
+    import json
+    import os
+    from pathlib import Path
+
+    stream = make_stream(2)
+    heard = Path(os.environ["KDDB_TEST_CALLBACK_DIR"]) / f"{stream}.writes.jsonl"
+    options = {**sink_options, "streamName": stream, "onWrite": "tests.support.callbacks:record_write"}
+    write_batch(spark, numbered_rows(300, keys=30), options)
+    first = json.loads(heard.read_text().splitlines()[0])
+    assert first["batch_id"] is None and first["rows"] == first["records"] == 300
+    assert first["tasks"] == 3 and first["requests"] >= 3 and first["refused"] == {}
+
+    source = make_stream(1)
+    kinesis.put_records(StreamName=source, Records=[{"PartitionKey": "k", "Data": b"x"} for _ in range(50)])
+    query = (
+        spark.readStream.format("kinesis-ddb").options(**{**source_options, "streamName": source}).load()
+        .selectExpr("data", "partitionKey").writeStream.format("kinesis-ddb").options(**options)
+        .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start()
+    )
+    try:
+        assert query.awaitTermination(180) and query.exception() is None
+    finally:
+        stop_quietly(query)
+    batches = [json.loads(line) for line in heard.read_text().splitlines()[1:]]
+    assert [b["batch_id"] for b in batches] == list(range(len(batches))) and sum(b["rows"] for b in batches) == 50
+
+    with pytest.raises(Exception) as err:
+        write_batch(spark, numbered_rows(10, keys=2), {**options, "onWrite": "tests.support.callbacks:refuse_write"})
+    assert "Write callback refuse_write raised ValueError: callback refuses the write of 10 rows" in str(err.value)
+    assert f"rows were written to Kinesis stream '{stream}'" in str(err.value)
+
+
+@pytest.mark.backends("moto")
+def test_a_write_callback_given_to_register_hears_the_write(spark, make_stream, sink_options, tmp_path):
+    import json
+
+    from kinesis_source import register
+
+    stream = make_stream(1)
+    heard = tmp_path / "heard.jsonl"
+
+    def on_write(info):  # runs in Spark's driver-side Python process, pickled with the class
+        with open(heard, "a") as fh:
+            fh.write(json.dumps({"stream": info.stream, "rows": info.rows}) + "\n")
+
+    register(spark, on_write=on_write)
+    try:
+        write_batch(spark, numbered_rows(40, keys=4), {**sink_options, "streamName": stream}, slices=2)
+    finally:
+        register(spark)
+    assert [json.loads(line) for line in heard.read_text().splitlines()] == [{"stream": stream, "rows": 40}]

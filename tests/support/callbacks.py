@@ -51,3 +51,17 @@ def record_then_explode(info) -> None:
             logger.setLevel(logging.ERROR)
     record(info)
     explode(info)
+
+
+def record_write(info) -> None:
+    """An ``onWrite`` callback: append each write's figures to ``<stream>.writes.jsonl``."""
+    path = os.path.join(os.environ["KDDB_TEST_CALLBACK_DIR"], f"{info.stream}.writes.jsonl")
+    line = {"batch_id": info.batch_id, "tasks": info.tasks, "rows": info.rows, "records": info.records,
+            "bytes": info.bytes, "requests": info.requests, "refused": dict(info.refused)}
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+def refuse_write(info) -> None:
+    """An ``onWrite`` callback that always raises."""
+    raise ValueError(f"callback refuses the write of {info.rows} rows")

@@ -22,6 +22,7 @@ SINK_BAD_VALUES: dict[str, list[str]] = {
     "maxRecordsPerSecondPerShard": ["abc", "0", "1001", "2.5"],
     "maxRecordsPerRequest": ["abc", "0", "501"],
     "maxRecordRetries": ["abc", "-1", "1001"],
+    "onWrite": ["not a path", "module", "pkg.mod:", ":fn"],
 }
 SHARED = {s["key"] for s in specs_of(SinkOptions)} - set(SINK_BAD_VALUES)
 
