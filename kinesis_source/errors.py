@@ -98,6 +98,20 @@ class CommitCallbackError(KinesisDdbError, RuntimeError):
     """A commit callback raised (with ``onCommitErrors=fail``)."""
 
 
+class SinkInputError(KinesisDdbError, ValueError):
+    """Rows the sink cannot write: a missing or mistyped column, or a row that breaks a
+    Kinesis record rule. The message names the column (and row) and says what to change."""
+
+
+class SinkWriteError(KinesisSourceError):
+    """Records Kinesis kept refusing after their retries: names the stream, the count and the
+    error codes."""
+
+
+class WriteCallbackError(KinesisDdbError, RuntimeError):
+    """An ``onWrite`` callback raised (the rows were written)."""
+
+
 def report_data_loss(
     stream: str, shard_id: str, start: Position, landed: str | None, fail: bool
 ) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 
 from kinesis_source.aws.kinesis import THROTTLED, stream_must_exist
 from kinesis_source.aws.retries import RetryRule
-from kinesis_source.errors import KinesisSourceError
+from kinesis_source.errors import SinkWriteError
 from kinesis_source.kpl import AggregateBuilder
 from kinesis_source.sink.options import SinkOptions
 from kinesis_source.sink.pacing import WriteBudget
@@ -50,11 +50,6 @@ MAX_REQUEST_BYTES = 5 * 1024 * 1024
 # A request is built from at most this many queued records (the rest wait for the next), so a
 # queue whose shards are all out of budget is not scanned in full for every request.
 MAX_SCAN = 2000
-
-
-class SinkWriteError(KinesisSourceError):
-    """Records Kinesis kept refusing after their retries: names the stream, the count and the
-    error codes."""
 
 
 @dataclass

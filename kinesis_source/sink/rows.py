@@ -14,18 +14,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kinesis_source.errors import KinesisDdbError
+from kinesis_source.errors import SinkInputError
 from kinesis_source.kpl import effective_hash_key
 
 DATA, PARTITION_KEY, EXPLICIT_HASH_KEY = "data", "partitionKey", "explicitHashKey"
 MAX_RECORD_BYTES = 1024 * 1024  # data and partition key together
 MAX_KEY_CHARS = 256
 MAX_HASH_KEY = 2**128 - 1
-
-
-class SinkInputError(KinesisDdbError, ValueError):
-    """Rows the sink cannot write: a missing or mistyped column, or a row that breaks a
-    Kinesis record rule. The message names the column (and row) and says what to change."""
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, WriterCommitMessage
 
-from kinesis_source.errors import KinesisDdbError
+from kinesis_source.errors import SinkInputError, WriteCallbackError
 from kinesis_source.sink.options import SinkOptions
 from kinesis_source.sink.putter import Putter, WriteReport
-from kinesis_source.sink.rows import Columns, SinkInputError, check_schema, from_arrow, from_rows
+from kinesis_source.sink.rows import Columns, check_schema, from_arrow, from_rows
 from kinesis_source.sink.shards import ShardMap
 
 try:  # pyspark >= 4.1: streaming writes get Arrow batches too
@@ -61,10 +61,6 @@ class WriteInfo:
     requests: int
     refused: Mapping[str, int]  # error code -> records refused (and sent again)
     rerouted_rows: int  # aggregated rows sent again after a reshard
-
-
-class WriteCallbackError(KinesisDdbError, RuntimeError):
-    """An ``onWrite`` callback raised (the rows were written)."""
 
 
 def make_writer(

@@ -10,10 +10,11 @@ from collections import Counter, defaultdict
 import pytest
 
 from kinesis_source.aws.kinesis import ShardInfo
+from kinesis_source.errors import SinkInputError, SinkWriteError
 from kinesis_source.sink.options import SinkOptions
 from kinesis_source.sink.pacing import WriteBudget
-from kinesis_source.sink.putter import Putter, SinkWriteError
-from kinesis_source.sink.rows import Columns, SinkInputError, user_record
+from kinesis_source.sink.putter import Putter
+from kinesis_source.sink.rows import Columns, user_record
 from kinesis_source.sink.shards import ShardMap
 
 COLUMNS = Columns("data", False, "partitionKey", "explicitHashKey")
