@@ -178,7 +178,7 @@ def stream_must_exist(stream: str) -> Iterator[None]:
 
 
 KMS_ERRORS = {
-    "KMSAccessDeniedException": "these credentials may not use the stream's KMS key (kms:Decrypt)",
+    "KMSAccessDeniedException": "these credentials may not use the stream's KMS key ({action})",
     "KMSDisabledException": "the stream's KMS key is disabled",
     "KMSNotFoundException": "the stream's KMS key was not found (deleted, or in another region)",
     "KMSInvalidStateException": "the stream's KMS key is not usable in its state",
@@ -194,8 +194,27 @@ def readable_error(exc: ClientError, stream: str, shard_id: str) -> KinesisSourc
     if why is None:
         return None
     return KinesisSourceError(
-        f"Cannot read shard {shard_id} of stream '{stream}': {why}. The stream is encrypted with "
-        f"a KMS key its readers need kms:Decrypt on (see docs/operations.md, Minimal IAM policy). "
+        f"Cannot read shard {shard_id} of stream '{stream}': {why.format(action='kms:Decrypt')}. The "
+        f"stream is encrypted with a KMS key its readers need kms:Decrypt on (see docs/operations.md, "
+        f"Minimal IAM policy). AWS said: {exc}"
+    )
+
+
+def unwritable_error(exc: ClientError, stream: str) -> KinesisSourceError | None:
+    """The error a write to ``stream`` gets where AWS' code says more than its message (the
+    stream's KMS key, a missing permission); None for the others."""
+    code = error_code(exc) or ""
+    if code == "AccessDeniedException":
+        why = "these credentials may not call PutRecords on it (IAM action kinesis:PutRecords)"
+    elif code in KMS_ERRORS:
+        why = (
+            f"{KMS_ERRORS[code].format(action='kms:GenerateDataKey')}; a stream encrypted with a "
+            "KMS key needs kms:GenerateDataKey on it from its writers"
+        )
+    else:
+        return None
+    return KinesisSourceError(
+        f"Cannot write to Kinesis stream '{stream}': {why} (see docs/sink.md, AWS calls and IAM). "
         f"AWS said: {exc}"
     )
 

@@ -33,7 +33,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kinesis_source.aws.kinesis import THROTTLED, stream_must_exist
+from botocore.exceptions import ClientError
+
+from kinesis_source.aws.kinesis import THROTTLED, stream_must_exist, unwritable_error
 from kinesis_source.aws.retries import RetryRule
 from kinesis_source.errors import SinkWriteError
 from kinesis_source.kpl import AggregateBuilder
@@ -233,8 +235,11 @@ class Putter:
         self._sleep(max(0.001, min(waits)))
 
     def _send(self, entries: list[_Entry]) -> None:
-        with stream_must_exist(self._stream):
-            resp = self._client.put_records(StreamName=self._stream, Records=[e.request for e in entries])
+        try:
+            with stream_must_exist(self._stream):
+                resp = self._client.put_records(StreamName=self._stream, Records=[e.request for e in entries])
+        except ClientError as exc:
+            raise unwritable_error(exc, self._stream) or exc from None
         self.report.requests += 1
         now = self._clock()
         for shard in {e.shard for e in entries}:

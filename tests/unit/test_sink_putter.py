@@ -238,3 +238,36 @@ def test_a_record_larger_than_the_bucket_goes_when_it_is_full_and_the_rate_still
     assert budget.take("a", 500, 0.0)  # full bucket: goes, overdrawing it by 400
     assert not budget.take("a", 10, 4.0)
     assert budget.wait_s("a", 10, 4.0) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        ("KMSAccessDeniedException", "may not use the stream's KMS key (kms:GenerateDataKey)"),
+        ("KMSDisabledException", "the stream's KMS key is disabled"),
+        ("AccessDeniedException", "may not call PutRecords on it (IAM action kinesis:PutRecords)"),
+    ],
+)
+def test_a_write_refused_for_its_key_or_permission_says_what_to_grant(code, says):
+    from botocore.exceptions import ClientError
+
+    from kinesis_source.errors import KinesisSourceError
+
+    class Refusing:
+        def put_records(self, StreamName, Records):  # noqa: N803
+            raise ClientError({"Error": {"Code": code, "Message": "no"}}, "PutRecords")
+
+    with pytest.raises(KinesisSourceError) as err:
+        putter(Refusing()).write(rows(3))
+    assert "Cannot write to Kinesis stream 's'" in str(err.value) and says in str(err.value)
+
+
+def test_other_call_errors_stay_as_botocore_raised_them():
+    from botocore.exceptions import ClientError
+
+    class Failing:
+        def put_records(self, StreamName, Records):  # noqa: N803
+            raise ClientError({"Error": {"Code": "InvalidArgumentException", "Message": "bad"}}, "PutRecords")
+
+    with pytest.raises(ClientError, match="InvalidArgumentException"):
+        putter(Failing()).write(rows(3))
