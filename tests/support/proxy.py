@@ -22,7 +22,8 @@ access key id that signed it. Rules make it misbehave the way AWS does:
 
 A ``PutRecords`` some of whose records the proxy answers itself (these rules, or a subclass's
 quota) is forwarded with the others only, in their order, and the backend's answer is merged back
-into one entry per record of the request; if none is left, the proxy answers without forwarding.
+into one entry per record of the request (``tests/support/put_records.py``); if none is left, the
+proxy answers without forwarding.
 Writes to one stream are forwarded one at a time: moto server's concurrent ``PutRecords`` to a
 shard can hand out one sequence number twice and lose a record.
 
@@ -31,11 +32,8 @@ Listens on 127.0.0.1 only; the random choices are seeded, so a run is repeatable
 
 from __future__ import annotations
 
-import base64
-import bisect
 import contextlib
 import dataclasses
-import hashlib
 import http.client
 import json
 import random
@@ -48,31 +46,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlparse
 
-import boto3
-from botocore.exceptions import ClientError
+from tests.support.put_records import (
+    INTERNAL_FAILURE,
+    THROTTLED,
+    ShardMap,
+    hash_key,
+    merged,
+    record_error,
+    without,
+)
 
 _KEY_RE = re.compile(r"Credential=([^/]+)/")
-THROTTLED = "ProvisionedThroughputExceededException"
 DROPPED = "dropped"  # ``Seen.injected`` of a request dropped while ``down``
 NOT_FOUND = "ResourceNotFoundException"
-INTERNAL_FAILURE = "InternalFailure"
-ACCOUNT = "123456789012"  # moto's and kinesis-local's default account, named in AWS' messages
 
 
 def _error(code: str, message: str) -> bytes:
     """An AWS JSON error body."""
     return json.dumps({"__type": code, "message": message}).encode()
-
-
-def record_error(code: str, stream: str | None, shard: str | None) -> dict[str, str]:
-    """A failed ``PutRecords`` entry, with the message AWS gives for that code."""
-    if code == THROTTLED:
-        message = f"Rate exceeded for shard {shard} in stream {stream} under account {ACCOUNT}."
-    elif code == INTERNAL_FAILURE:
-        message = "Internal service failure."
-    else:
-        message = f"injected by the test proxy: {code}"
-    return {"ErrorCode": code, "ErrorMessage": message}
 
 
 def _request(body: bytes) -> dict[str, Any]:
@@ -89,99 +80,6 @@ def _stream_of(req: dict[str, Any]) -> str | None:
     # arn:aws:kinesis:<region>:<account>:stream/<name>[/consumer/...]
     _, _, rest = arn.partition(":stream/")
     return rest.split("/", 1)[0] or None
-
-
-def _hash_key(record: dict[str, Any]) -> int | None:
-    """Where Kinesis puts a record: its explicit hash key, else the MD5 of its partition key read as
-    a 128-bit big-endian integer (``None`` if malformed: the backend will refuse it)."""
-    try:
-        if record.get("ExplicitHashKey"):
-            return int(record["ExplicitHashKey"])
-        return int.from_bytes(hashlib.md5(record["PartitionKey"].encode()).digest(), "big")
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
-
-
-def _record_bytes(record: dict[str, Any]) -> int:
-    """What a record costs a shard's write quota: its data blob and its partition key (UTF-8)."""
-    data = record.get("Data") or ""
-    return len(base64.b64decode(data)) + len((record.get("PartitionKey") or "").encode())
-
-
-def _without(body: bytes, unwritten: dict[int, dict[str, str]]) -> bytes | None:
-    """The PutRecords body without the records at those positions; ``None`` if none is left."""
-    if not unwritten:
-        return body
-    req = json.loads(body)
-    req["Records"] = [r for i, r in enumerate(req["Records"]) if i not in unwritten]
-    return json.dumps(req).encode() if req["Records"] else None
-
-
-def _merged(data: bytes, unwritten: dict[int, dict[str, str]]) -> bytes:
-    """The backend's PutRecords answer for the forwarded records, as the answer to the whole
-    request: one entry per record in the request's order, the proxy's failures in their places."""
-    resp = json.loads(data)
-    forwarded = iter(resp.get("Records", []))
-    total = len(resp.get("Records", [])) + len(unwritten)
-    resp["Records"] = [unwritten[i] if i in unwritten else next(forwarded) for i in range(total)]
-    resp["FailedRecordCount"] = resp.get("FailedRecordCount", 0) + len(unwritten)
-    return json.dumps(resp).encode()
-
-
-class _ShardMap:
-    """The hash key ranges of each stream's open shards, from the backend's ListShards (asked
-    directly, so no quota or rule of the proxy sees it); cached per stream until found stale."""
-
-    def __init__(self, target_url: str) -> None:
-        self._url = target_url
-        self._client: Any = None
-        self._ranges: dict[str, tuple[list[int], list[tuple[int, str]]]] = {}  # starts; (end, id)
-        self._listed: dict[str, set[str]] = {}  # every shard id listed, closed ones too
-        self._lock = threading.Lock()
-
-    def shards(self, stream: str | None, keys: list[int | None]) -> list[str | None]:
-        """The open shard owning each hash key; a key no cached range holds makes one ListShards."""
-        owners = [self._owner(stream, k) for k in keys]
-        if stream is not None and any(o is None and k is not None for o, k in zip(owners, keys, strict=True)):
-            self._load(stream)
-            owners = [self._owner(stream, k) for k in keys]
-        return owners
-
-    def written_to(self, stream: str, shard: str) -> None:
-        """The backend wrote a record to ``shard``: if it was not listed, the stream was resharded
-        since, and its ranges are listed again when next needed."""
-        listed = self._listed.get(stream)
-        if listed is not None and shard not in listed:
-            self._ranges.pop(stream, None)
-            self._listed.pop(stream, None)
-
-    def _owner(self, stream: str | None, key: int | None) -> str | None:
-        cached = self._ranges.get(stream) if stream is not None else None
-        if cached is None or key is None:
-            return None
-        starts, shards = cached
-        i = bisect.bisect_right(starts, key) - 1
-        return shards[i][1] if i >= 0 and key <= shards[i][0] else None
-
-    def _load(self, stream: str) -> None:
-        with self._lock:
-            if self._client is None:
-                self._client = boto3.client(
-                    "kinesis", endpoint_url=self._url, region_name="us-east-1",
-                    aws_access_key_id="local", aws_secret_access_key="local",
-                )
-            try:
-                pages = self._client.get_paginator("list_shards").paginate(StreamName=stream)
-                listed = [s for page in pages for s in page["Shards"]]
-            except ClientError:  # no such stream: the backend answers the write itself
-                return
-        ranges = sorted(
-            (int(s["HashKeyRange"]["StartingHashKey"]), int(s["HashKeyRange"]["EndingHashKey"]), s["ShardId"])
-            for s in listed
-            if "EndingSequenceNumber" not in s["SequenceNumberRange"]  # closed: no longer written
-        )
-        self._ranges[stream] = ([start for start, _, _ in ranges], [(end, sid) for _, end, sid in ranges])
-        self._listed[stream] = {s["ShardId"] for s in listed}
 
 
 @dataclass(frozen=True)
@@ -211,7 +109,7 @@ class FaultProxy:
         self._expired: dict[tuple[str, str], bool] = {}  # -> still listed
         self._record_rules: list[tuple[float, str, str | None]] = []  # (fraction, code, stream)
         self._records_failed: Counter[str] = Counter()
-        self._shards = _ShardMap(target_url)
+        self._shards = ShardMap(target_url)
         self._write_locks: dict[str | None, threading.Lock] = {}  # per stream
         self.gap_pages_served = 0
         self._random = random.Random(seed)
@@ -316,7 +214,7 @@ class FaultProxy:
                         break
         # Only a throttling message names the shard: the others cost no ListShards.
         named = [i for i, code in chosen.items() if code == THROTTLED]
-        owners = dict(zip(named, self._shards.shards(stream, [_hash_key(records[i]) for i in named]), strict=True))
+        owners = dict(zip(named, self._shards.shards(stream, [hash_key(records[i]) for i in named]), strict=True))
         return {i: record_error(code, stream, owners.get(i)) for i, code in chosen.items()}
 
     def _forwarding(self, op: str, body: bytes) -> contextlib.AbstractContextManager[Any]:
@@ -450,9 +348,9 @@ class FaultProxy:
                 call = proxy._describe(call, body)
                 answer = proxy._intercept(call, body)
                 unwritten = proxy._unwritten(call, body) if answer is None else {}
-                forwarded = _without(body, unwritten)
+                forwarded = without(body, unwritten)
                 if forwarded is None:  # every record failed here: nothing to write
-                    answer = 200, _merged(b'{"FailedRecordCount": 0, "Records": []}', unwritten)
+                    answer = 200, merged(b'{"FailedRecordCount": 0, "Records": []}', unwritten)
                 if answer is not None:
                     status, data = answer
                     self._reply(status, data, [("Content-Type", "application/x-amz-json-1.1")])
@@ -465,7 +363,7 @@ class FaultProxy:
                     resp = conn.getresponse()
                     data = resp.read()
                 if unwritten and resp.status == 200:
-                    data = _merged(data, unwritten)
+                    data = merged(data, unwritten)
                 data = proxy._transform(call, body, resp.status, data)
                 conn.close()
                 self._reply(resp.status, data, resp.getheaders())

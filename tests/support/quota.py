@@ -52,17 +52,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from tests.support.proxy import (
-    THROTTLED,
-    FaultProxy,
-    Seen,
-    _error,
-    _hash_key,
-    _record_bytes,
-    _request,
-    _stream_of,
-    record_error,
-)
+from tests.support.proxy import FaultProxy, Seen, _error, _request, _stream_of
+from tests.support.put_records import THROTTLED, hash_key, record_bytes, record_error
 
 LIMIT_EXCEEDED = "LimitExceededException"
 NEIGHBOUR = "neighbour"  # the access key of the Neighbour application
@@ -198,7 +189,7 @@ class QuotaProxy(FaultProxy):
             if op == "GetShardIterator" and shard is not None:
                 return None if self._admit((op, shard), q.get_shard_iterator_calls, now) else THROTTLED
             if op == "PutRecord" and shard is not None:
-                return None if self._writes_fit(shard, _record_bytes(req), now) else THROTTLED
+                return None if self._writes_fit(shard, record_bytes(req), now) else THROTTLED
             if op in self._control:
                 limit, per = self._control[op]
                 scope = _stream_of(req) if per == "stream" else "account"
@@ -216,7 +207,7 @@ class QuotaProxy(FaultProxy):
                 return self._iterators.get(req.get("ShardIterator", ""))
         if op == "PutRecord":
             stream = _stream_of(req)
-            (shard,) = self._shards.shards(stream, [_hash_key(req)])
+            (shard,) = self._shards.shards(stream, [hash_key(req)])
             return (stream, shard) if stream and shard else None
         return None
 
@@ -241,12 +232,12 @@ class QuotaProxy(FaultProxy):
         req = _request(body)
         stream, records = _stream_of(req), req.get("Records") or []
         judged = [i for i in range(len(records)) if i not in unwritten]
-        owners = self._shards.shards(stream, [_hash_key(records[i]) for i in judged])
+        owners = self._shards.shards(stream, [hash_key(records[i]) for i in judged])
         with self._lock:
             for i, shard in zip(judged, owners, strict=True):
                 # a record of no known shard (no such stream): the backend answers it
                 if stream is not None and shard is not None:
-                    if not self._writes_fit((stream, shard), _record_bytes(records[i]), call.at):
+                    if not self._writes_fit((stream, shard), record_bytes(records[i]), call.at):
                         unwritten[i] = record_error(THROTTLED, stream, shard)
         return unwritten
 
@@ -261,7 +252,7 @@ class QuotaProxy(FaultProxy):
             pairs = list(zip(req.get("Records", []), resp.get("Records", []), strict=True))
         else:
             pairs = [(req, resp)]
-        written = [(entry["ShardId"], _record_bytes(record)) for record, entry in pairs if "SequenceNumber" in entry]
+        written = [(entry["ShardId"], record_bytes(record)) for record, entry in pairs if "SequenceNumber" in entry]
         with self._lock:
             for shard, size in written:
                 self._put_written[(stream, shard)].append((call.at, size))
