@@ -95,11 +95,12 @@ class SinkOptions(ConnectionOptions):
     max_write_rate_per_shard: float = option(
         "maxWriteRatePerShard",
         "bytes/s",
-        float(SHARD_WRITE_BYTES_PER_S),
+        SHARD_WRITE_BYTES_PER_S,  # (the parser gives a float; a whole number shows better)
         "Most bytes a second one task writes into one shard (data and partition key, as "
         "Kinesis counts them; e.g. `512KiB`, `1MiB`). Kinesis allows 1 MiB/s per shard, every "
-        "writer together: when several tasks or applications write the same shards, a refused "
-        "record slows this task's rate for that shard and it recovers while none is refused. "
+        "writer together: when several tasks or applications write the same shards, an answer "
+        "refusing records slows this task's rate for that shard, which recovers while none is "
+        "refused. "
         "See docs/sink.md.",
         byte_rate_in(0, MIB),
     )
