@@ -234,7 +234,8 @@ def test_endpoint_refusing_connections_fails_within_seconds_naming_the_option(
 
 
 @pytest.mark.parametrize(("options", "words"), [
-    ({"streamNmae": "x"}, "Unknown option 'streamnmae' for reading with format kinesis-ddb; did you mean 'streamName'?"),
+    ({"streamNmae": "x"},
+     "Unknown option 'streamnmae' for reading with format kinesis-ddb; did you mean 'streamName'?"),
     ({"startingPosition": "LATEST"}, "here it is 'initialPosition'"),
     ({"applicationName": None}, "Option 'applicationName' is required"),
 ])
