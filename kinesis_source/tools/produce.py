@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import threading
 import time
-from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kinesis_source import kpl
+from kinesis_source.sink.shards import ShardMap
 
 _MAX_PER_CALL = 500  # PutRecords accepts at most 500 records
 
@@ -52,34 +52,27 @@ class LoadProducer:
         self._prefix = prefix
         self.sent: list[Sent] = []
         self._lock = threading.Lock()
-        self._starts: list[int] | None = None  # first hash key of each open shard, ascending
-        self._shard_of: dict[str, int] = {}  # partition key -> index into _starts
+        self._shards: ShardMap | None = None
+        self._shard_of: dict[str, str] = {}  # partition key -> its shard
 
     def payload(self, n: int) -> bytes:
         """The data of record number ``n``."""
         text = f"{self._prefix}-{n:09d}"
         return (text + "." * max(0, self._size - len(text))).encode()
 
-    def _shard(self, key: str) -> int:
-        """Which open shard Kinesis routes ``key`` to (an index; open shards' ranges tile the
-        hash key space, so the last start at or below the key's hash finds it)."""
-        if self._starts is None:
-            pages = self._client.get_paginator("list_shards").paginate(StreamName=self._stream)
-            self._starts = sorted(
-                int(shard["HashKeyRange"]["StartingHashKey"])
-                for page in pages
-                for shard in page["Shards"]
-                if "EndingSequenceNumber" not in shard["SequenceNumberRange"]
-            )
+    def _shard(self, key: str) -> str:
+        """The open shard Kinesis routes ``key`` to (the stream's shards are listed once)."""
+        if self._shards is None:
+            self._shards = ShardMap.load(self._client, self._stream)
         if key not in self._shard_of:
-            self._shard_of[key] = bisect_right(self._starts, kpl.effective_hash_key(key)) - 1
+            self._shard_of[key] = self._shards.shard_of(kpl.effective_hash_key(key))
         return self._shard_of[key]
 
     def _kinesis_records(self, first: int, count: int) -> list[tuple[dict, list[bytes]]]:
         users = [(f"key-{(first + i) % self._keys}", self.payload(first + i)) for i in range(count)]
         if not self._aggregate:
             return [({"PartitionKey": k, "Data": d}, [d]) for k, d in users]
-        by_shard: dict[int, list[tuple[str, bytes]]] = {}
+        by_shard: dict[str, list[tuple[str, bytes]]] = {}
         for user in users:
             by_shard.setdefault(self._shard(user[0]), []).append(user)
         out = []
