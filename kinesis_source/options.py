@@ -223,6 +223,18 @@ class SourceOptions(ConnectionOptions):
         "subscription sooner.",
         int_in(5000),
     )
+    efo_tip_watch: bool = option(
+        "efoTipWatch",
+        "bool",
+        True,
+        "With `consumerMode=efo` (and `tipReports`): a read's subscription goes on after its "
+        "range and reports each new record's sequence number to the driver, so the driver "
+        "learns the shards' tips without `GetRecords` (whose 5 calls/s per shard every polling "
+        "application of the stream shares). Records that arrive between two batches are then "
+        "received twice (EFO data retrieval is billed per GB). false: the driver probes with "
+        "`GetRecords`. See docs/operations.md.",
+        parse_bool,
+    )
     deregister_consumer: bool = option(
         "deregisterConsumer",
         "bool",

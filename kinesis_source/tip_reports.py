@@ -14,6 +14,12 @@ A report only ever names a record a read returned, so an end the driver plans fr
 record that exists; a report that is lost, late or refused costs the driver a probe, never a
 record. The wire is one TCP connection per task to a listener in the driver's helper: one line
 of canonical JSON (the run's token and the tips), answered ``ok`` once the table applied it.
+
+With fan-out, a read's subscription goes on after its range as the shard's *tip watch*
+(``executor/watch.py``): its reports (``watch``) name the newest record pushed to it, at most
+every ``WATCH_FLUSH_S`` and at least every ``WATCH_HEARTBEAT_S`` while events arrive. The driver
+does not probe a watched shard until ``WATCH_LEASE_S`` after the last one, or until the watch
+says it ended.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ MAX_MESSAGE_BYTES = 1 << 20  # a task's report: a line per shard is ~1 KB, with 
 MAX_ITERATOR_CHARS = 4096
 CALL_OPS = ("GetRecords", "GetShardIterator")
 MAX_CALLS = 10_000  # call times per operation in one report
+WATCH_FLUSH_S = 0.2  # a process's watches report new tips together, this often at most
+WATCH_HEARTBEAT_S = 5.0  # a watch that got events (Kinesis sends some even when idle) says so
+WATCH_LEASE_S = 3 * WATCH_HEARTBEAT_S  # the driver leaves a watched shard alone this long
+WATCH_LIVE, WATCH_ENDED = "live", "ended"
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,9 @@ class TipReport:
     # fan-out: when the read last subscribed (epoch seconds); the shard's next subscription
     # is refused for 5 s after it
     subscribed_at: float | None = None
+    # fan-out: sent by the subscription going on after the range (a tip watch), not by the read:
+    # WATCH_LIVE while it goes on, WATCH_ENDED once it stopped
+    watch: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report's JSON object."""
@@ -59,7 +72,8 @@ class TipReport:
                 "iterator": self.iterator, "calls": self.calls, "end": self.end, "past": self.past,
                 "readBytes": self.read_bytes, "extraBytes": self.extra_bytes,
                 "rate": self.rate.to_json() if self.rate is not None else None,
-                "throttled": self.throttled, "subscribedAt": self.subscribed_at}
+                "throttled": self.throttled, "subscribedAt": self.subscribed_at,
+                "watch": self.watch}
 
     @staticmethod
     def from_json(data: Any) -> TipReport:
@@ -92,13 +106,17 @@ class TipReport:
         if subscribed is not None and (not isinstance(subscribed, (int, float)) or isinstance(subscribed, bool)
                                        or not 0 <= subscribed < 1e11):
             raise ValueError(f"subscribedAt {subscribed!r} is not a time")
+        watch = data.get("watch")
+        if watch not in (None, WATCH_LIVE, WATCH_ENDED):
+            raise ValueError(f"watch {watch!r} is not {WATCH_LIVE!r} or {WATCH_ENDED!r}")
         shard = ShardId.parse(str(data.get("shard")))
         times = {op: [float(t) for t in ts] for op, ts in calls.items()}
         rate = RateState.from_json(data["rate"]) if data.get("rate") is not None else None
         return TipReport(shard, check_seq(seq), behind, iterator, times,
                          check_seq(end) if end is not None else None,
                          counts["past"], counts["readBytes"], counts["extraBytes"], rate,
-                         counts["throttled"], float(subscribed) if subscribed is not None else None)
+                         counts["throttled"], float(subscribed) if subscribed is not None else None,
+                         watch)
 
 
 @dataclass(frozen=True)

@@ -154,12 +154,16 @@ class Planner:
             def apply(reports: list[TipReport]) -> None:
                 for tip in reports:
                     tips.report(tip)
-                    self._settle(tip)
+                    if tip.watch is None:
+                        self._settle(tip)
                     if tip.rate is not None:
                         self.byte_budget.adopt(tip.shard, tip.rate)
                     self._executor_throttles += tip.throttled
                     if tip.subscribed_at is not None:
-                        self._subscribed[tip.shard] = min(tip.subscribed_at, time.time() + MAX_CLOCK_SKEW_S)
+                        at = min(tip.subscribed_at, time.time() + MAX_CLOCK_SKEW_S)
+                        if tip.watch is not None:  # (a watch goes on with its read's subscription)
+                            at = max(at, self._subscribed.get(tip.shard, 0.0))
+                        self._subscribed[tip.shard] = at
                     self._read_bytes += tip.read_bytes
                     self._extra_bytes += tip.extra_bytes
 
@@ -449,6 +453,7 @@ class Planner:
             "throttledReads": self._executor_throttles,
             "tipReports": self._tips.reports if self._tips else 0,
             "tipReportsRefused": self._listener.refused if self._listener else 0,
+            "watchedShards": self._tips.watched_count() if self._tips else 0,
             "shards": self._last.lag if self._last is not None else self._lag,
         }
 

@@ -16,7 +16,9 @@ replayable from Spark's offset log alone.
 
 While executors read a shard, the driver does not probe it: their reports of what they saw past
 their ranges' ends (:meth:`TipTable.report`, ``kinesis_source/tip_reports.py``) answer as a probe
-would, and their iterators become the shard's continuation.
+would, and their iterators become the shard's continuation. With fan-out, a read's subscription
+goes on as the shard's tip watch (``executor/watch.py``): while its reports come, the shard is
+not probed at all.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from kinesis_source.aws.kinesis import THROTTLED
 from kinesis_source.driver.budget import GET_RECORDS, CallBudget
 from kinesis_source.driver.probe import SETTLE_PAUSE_S, ProbeResult, TailProber
 from kinesis_source.positions import AFTER, AT, Position, ShardId, seq_key
-from kinesis_source.tip_reports import TipReport
+from kinesis_source.tip_reports import WATCH_ENDED, WATCH_LEASE_S, TipReport
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,8 @@ class ShardTip:
     ordinals: dict[str, int] = field(default_factory=dict)
     reported_at: float | None = None  # monotonic: the last executor report
     byte_rate: float = 0.0  # bytes a second in the ranges executors read (their reports)
+    watched_until: float = 0.0  # monotonic: a fan-out subscription reports the shard's tips
+    watch_since: float | None = None  # when the watching subscription began (wall clock)
 
     def state(self) -> tuple:
         """What the entry's answers depend on."""
@@ -213,18 +217,23 @@ class TipTable:
 
     def _report(self, tip: TipReport) -> bool:
         key, entry = tip.shard, self.entries.get(tip.shard)
-        if entry is None or not _after(tip.seq, entry.seed):
-            return False  # a shard that left, or a read of an older range (a replayed batch)
+        if entry is None:
+            return False  # a shard that left
+        if tip.watch is not None:
+            self._watched(entry, tip, time.monotonic())  # (also when nothing arrived since the seed)
+        if not _after(tip.seq, entry.seed):
+            return False  # a read of an older range (a replayed batch), or nothing new
         before = entry.state()
         now = entry.probed_at = time.monotonic()
-        entry.reading_until = 0.0
-        self._unreported.discard(key)
-        if tip.end is not None and seq_key(tip.seq) >= seq_key(tip.end):
-            self._counted(entry, tip.end, tip.seq, tip.past)
-        if entry.reported_at is not None and now > entry.reported_at:
-            rate = max(0, tip.read_bytes - tip.extra_bytes) / (now - entry.reported_at)
-            entry.byte_rate = (entry.byte_rate + rate) / 2
-        entry.reported_at = now
+        if tip.watch is None:
+            entry.reading_until = 0.0
+            self._unreported.discard(key)
+            if tip.end is not None and seq_key(tip.seq) >= seq_key(tip.end):
+                self._counted(entry, tip.end, tip.seq, tip.past)
+            if entry.reported_at is not None and now > entry.reported_at:
+                rate = max(0, tip.read_bytes - tip.extra_bytes) / (now - entry.reported_at)
+                entry.byte_rate = (entry.byte_rate + rate) / 2
+            entry.reported_at = now
         newer = entry.tip is None or seq_key(tip.seq) > seq_key(entry.tip)
         if newer:
             entry.tip, entry.idle = tip.seq, 0
@@ -248,6 +257,30 @@ class TipTable:
             self._dirty.add(key)
         self.reports += 1
         return True
+
+    @staticmethod
+    def _watched(entry: ShardTip, tip: TipReport, now: float) -> None:
+        """A tip watch's report: a live watch keeps the probes away for ``WATCH_LEASE_S``; the
+        end of the watch that holds the lease gives the shard back to them (an older watch's
+        end, taken over by the read whose watch now reports, does not)."""
+        since = tip.subscribed_at if tip.subscribed_at is not None else 0.0
+        if tip.watch == WATCH_ENDED:
+            if entry.watch_since is None or since >= entry.watch_since:
+                entry.watched_until, entry.watch_since = 0.0, None
+        elif entry.watch_since is None or since >= entry.watch_since:
+            entry.watched_until, entry.watch_since = now + WATCH_LEASE_S, since
+
+    def watched(self, key: ShardId) -> bool:
+        """True while a fan-out subscription reports ``key``'s tips (the driver does not probe it)."""
+        with self._lock:
+            entry = self.entries.get(key)
+            return entry is not None and entry.watched_until > time.monotonic()
+
+    def watched_count(self) -> int:
+        """How many tracked shards a fan-out subscription watches now."""
+        now = time.monotonic()
+        with self._lock:
+            return sum(1 for entry in self.entries.values() if entry.watched_until > now)
 
     def count(self, key: ShardId, start: Position, end_seq: str) -> int | None:
         """How many records a range from ``start`` to ``end_seq`` holds, when reads (probes or
@@ -379,7 +412,7 @@ class TipTable:
                 if entry.ended or entry.gone:
                     continue
                 # Records waiting for the read budget, or an executor's report due first.
-                wait = now + self._active_s if entry.held else entry.reading_until
+                wait = now + self._active_s if entry.held else max(entry.reading_until, entry.watched_until)
                 if wait > now:
                     entry.due = wait
                     heapq.heappush(self._due, (wait, next(self._order), key, entry))

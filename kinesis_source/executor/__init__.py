@@ -42,13 +42,19 @@ def read_partition(partition: RangePartition) -> Iterator[pa.RecordBatch]:
         threads = min(READ_THREADS, len(shards))
         yield from interleave(shards, threads, threads * QUEUED_PER_THREAD)
     tips = [tip for reader in readers if (tip := reader.tip_report()) is not None]
+    # A read whose subscription went on as the shard's tip watch says so with its report: the
+    # driver then leaves the shard to the watch from the moment the read's report lands.
+    tips += [watched for reader in readers
+             if isinstance(reader, SubscribeRangeReader) and (watched := reader.watch_report()) is not None]
     if partition.report_to is not None and tips:
         send_reports(partition.report_to, tips)
 
 
 def _reader(client: Any, partition: RangePartition, read: ShardRead) -> Reader:
     if read.consumer_arn is not None:
-        return SubscribeRangeReader(client, read.consumer_arn, read.range, partition.fail_on_data_loss)
+        watch_to = partition.report_to if partition.watch_tips else None
+        return SubscribeRangeReader(client, read.consumer_arn, read.range, partition.fail_on_data_loss,
+                                    watch_to=watch_to)
     return RangeReader(
         client, read.range, partition.page_limit, partition.fail_on_data_loss, read.opener,
         partition.page_interval_s, read.not_before, read.records, read.rate, partition.max_rate,

@@ -214,7 +214,11 @@ class RangeReaderBase:
         raise NotImplementedError
 
     def _close(self) -> None:
-        """Release what the mode holds (a subscription); called when the read ends."""
+        """Release what the mode holds (a subscription)."""
+
+    def _finish(self) -> None:
+        """The read ended (complete or not): by default, release what the mode holds."""
+        self._close()
 
     def pages(self) -> Iterator[list[dict]]:
         """Yield the range's records in order, a page at a time, and nothing past its end;
@@ -242,7 +246,7 @@ class RangeReaderBase:
                 if page.shard_ended or (page.at_tip and not page.records):
                     raise cursor.incomplete(page.shard_ended)
         finally:
-            self._close()
+            self._finish()
 
 
 _GONE = RawPage([])

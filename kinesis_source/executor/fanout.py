@@ -49,7 +49,9 @@ from kinesis_source.errors import (
     SubscriptionEndedEarly,
 )
 from kinesis_source.executor.cursor import RangeReaderBase, RawPage
+from kinesis_source.executor.watch import start_watch, stop_watch, watching
 from kinesis_source.positions import Position, ShardRange
+from kinesis_source.tip_reports import WATCH_LIVE, ReportAddress, TipReport
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +113,9 @@ class SubscribeRangeReader(RangeReaderBase):
     ``max_attempts`` failures in a row (with exponential waits from ``retry_wait_s`` up to
     ``max_wait_s``; a subscription Kinesis refuses under its per-shard rules is tried again
     each second) end the read with the error. A subscription of a shard this process made less
-    than 5 s before waits the rest of the 5 s instead of being refused.
+    than 5 s before waits the rest of the 5 s instead of being refused. With ``watch_to``, a
+    subscription that outlives the range goes on as the shard's tip watch
+    (``executor/watch.py``), reporting there.
     """
 
     def __init__(
@@ -124,6 +128,7 @@ class SubscribeRangeReader(RangeReaderBase):
         retry_wait_s: float = 0.5,
         max_wait_s: float = 5.0,
         in_use_gap_s: float = IN_USE_GAP_S,
+        watch_to: ReportAddress | None = None,
     ) -> None:
         super().__init__(rng, fail_on_data_loss, mode="EFO")
         self._client = client
@@ -131,6 +136,7 @@ class SubscribeRangeReader(RangeReaderBase):
         self._max_attempts = max_attempts
         self._backoff = wait_exponential(multiplier=retry_wait_s, max=max_wait_s)
         self._in_use_gap_s = in_use_gap_s
+        self._watch_to = watch_to
         self._stream: Any = None  # the current subscription's EventStream
         self._events: Iterator[dict] | None = None
         self._got_event = False
@@ -157,6 +163,7 @@ class SubscribeRangeReader(RangeReaderBase):
     def _subscribe_at(self, position: Position) -> Any:
         rng = self._range
         key = (self._consumer_arn, rng.shard_id)
+        stop_watch(*key)  # this process's own watch of the shard: the read takes over
         with _last_lock:
             last = _last_subscribed.get(key)
         if last is not None:
@@ -242,6 +249,27 @@ class SubscribeRangeReader(RangeReaderBase):
                 stream.close()
             except Exception:  # noqa: BLE001 - a broken connection is being dropped anyway
                 log.debug("closing a subscription of %s failed", self._range, exc_info=True)
+
+    def _finish(self) -> None:
+        """A complete range's subscription goes on as the shard's tip watch, when the driver
+        takes reports and the shard did not end with the range."""
+        page, events = self._last_page, self._events
+        if self._watch_to is None or page is None or page.shard_ended or events is None or not page.records:
+            self._close()
+            return
+        stream = self._stream
+        self._stream = self._events = None
+        if not start_watch(self._consumer_arn, self._range.shard, self._watch_to,
+                           page.records[-1]["SequenceNumber"], self.subscribed_at, events, stream.close):
+            stream.close()
+
+    def watch_report(self) -> TipReport | None:
+        """The report that this read's subscription goes on as the shard's tip watch (None when
+        it did not, or the watch has ended already)."""
+        tip = self.tip_report()
+        if tip is None or self._watch_to is None or not watching(self._consumer_arn, self._range.shard_id):
+            return None
+        return TipReport(tip.shard, tip.seq, tip.behind_ms, subscribed_at=tip.subscribed_at, watch=WATCH_LIVE)
 
     def _wait(self, state: Any) -> float:
         """A call refused by the per-shard subscription rules waits a second (the rate they

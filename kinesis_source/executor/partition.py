@@ -49,6 +49,7 @@ class RangePartition(InputPartition):
     # pages after a read's second: the shard's whole GetRecords budget (the driver holds its
     # probes of shards being read while executors report to it); None without reports
     held_interval_s: float | None = None
+    watch_tips: bool = False  # fan-out: a subscription goes on after its range as a tip watch
 
     @staticmethod
     def of(
@@ -73,6 +74,7 @@ class RangePartition(InputPartition):
             report_to,
             opts.max_read_rate_per_shard,
             1.0 / opts.get_records_per_shard_per_second if report_to is not None else None,
+            opts.efo_tip_watch and opts.consumer_mode == "efo" and report_to is not None,
         )
 
     @property

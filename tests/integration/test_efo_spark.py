@@ -8,7 +8,7 @@ import pytest
 from tests.integration.test_stream_read import assert_exactly_once_in_order
 from tests.support.efo_server import EfoServer
 from tests.support.producer import Producer
-from tests.support.spark_query import running
+from tests.support.spark_query import running, source_report
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -196,3 +196,68 @@ def test_a_fenced_run_leaves_the_consumer_its_successor_reads_through(
                 stop_quietly(newer)
         wait_for(lambda: not consumers_of(client, stream), timeout=60,
                  what="the last run to deregister the consumer when it stops")
+
+
+@pytest.mark.backends("moto")  # the driver's side: the EFO server fronts either backend alike
+def test_in_steady_state_an_efo_query_learns_its_tips_from_its_subscriptions_not_get_records(
+    spark, kinesis_backend, kinesis, make_stream, source_options, tmp_path
+):
+    """Issue 17 item 2: once each shard has been read by fan-out, the read's subscription goes
+    on as the shard's tip watch, and the query makes no GetRecords at all (counted at the server
+    every call of the query goes to), while every record still arrives exactly once, in order."""
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    with EfoServer(kinesis_backend, activation_delay_s=0.3) as server:
+        options = {
+            **source_options,
+            "streamName": stream,
+            "endpointUrl": server.url,
+            "consumerMode": "efo",
+            "consumerName": "watch-test",
+            "deregisterConsumer": "true",
+        }
+
+        def rounds(n):
+            for _ in range(n):
+                producer.put(12)
+                wait_for(lambda: sink.count() >= len(producer.sent), timeout=120,
+                         what=f"{len(producer.sent)} rows by EFO")
+
+        with running(spark, options, tmp_path / "efo") as (query, sink):
+            for _ in range(10):  # until a batch's progress shows both shards watched
+                rounds(1)
+                if query.lastProgress and source_report(query.lastProgress).get("watchedShards") == 2:
+                    break
+            assert source_report(query.lastProgress)["watchedShards"] == 2
+            before = dict(server.calls)
+            rounds(4)
+            after = dict(server.calls)
+            assert after.get("GetRecords", 0) == before.get("GetRecords", 0), (before, after)
+            assert after.get("GetShardIterator", 0) == before.get("GetShardIterator", 0), (before, after)
+            assert after.get("SubscribeToShard", 0) > before.get("SubscribeToShard", 0)
+        assert_exactly_once_in_order(sink.rows(), producer.sent)
+        assert server.refused == {"ResourceInUseException": 0, "LimitExceededException": 0}
+        # Stopping the query ends the watches: their next report finds no driver.
+        wait_for(lambda: server.live_subscriptions() == 0, timeout=60, what="the watches to end")
+
+
+@pytest.mark.backends("moto")
+def test_with_efo_tip_watch_off_the_driver_probes_with_get_records(
+    spark, kinesis_backend, kinesis, make_stream, source_options, tmp_path
+):
+    """The opt-out, and the test above's counter-check: the same query without watches makes
+    GetRecords calls in the same steady state."""
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    with EfoServer(kinesis_backend, activation_delay_s=0.3) as server:
+        options = {**source_options, "streamName": stream, "endpointUrl": server.url, "consumerMode": "efo",
+                   "consumerName": "probe-test", "deregisterConsumer": "true", "efoTipWatch": "false"}
+        with running(spark, options, tmp_path / "efo") as (query, sink):
+            producer.put(12)
+            wait_for(lambda: sink.count() >= 12, timeout=120, what="12 rows by EFO")
+            before = server.calls.get("GetRecords", 0)
+            producer.put(12)
+            wait_for(lambda: sink.count() >= 24, timeout=120, what="24 rows by EFO")
+            assert server.calls.get("GetRecords", 0) > before
+            assert source_report(query.lastProgress)["watchedShards"] == 0
+        assert_exactly_once_in_order(sink.rows(), producer.sent)

@@ -4,6 +4,7 @@ the tip table applies them."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -13,7 +14,7 @@ from kinesis_source.driver.reports import TipListener
 from kinesis_source.executor import report as sender
 from kinesis_source.positions import Position, ShardId
 from kinesis_source.read_rate import RateState
-from kinesis_source.tip_reports import ReportAddress, TipReport, decode, encode
+from kinesis_source.tip_reports import WATCH_ENDED, WATCH_LIVE, ReportAddress, TipReport, decode, encode
 from tests.support.waiting import wait_for
 from tests.unit.fake_kinesis import FakeShard, log_of
 from tests.unit.test_tips import TimedFake, planner_on, trim_horizon
@@ -23,7 +24,7 @@ A = ShardId("s", "a")
 
 def test_a_report_round_trips_and_bad_ones_are_refused_naming_the_field():
     rate = RateState(-1024.0, 1.7e9, 2048.0, 1.6e9, 1000.0, 512.0)
-    full = TipReport(A, "123", 0, None, {"GetRecords": [1.5]}, "120", 3, 900, 350, rate, 2, 1.7e9)
+    full = TipReport(A, "123", 0, None, {"GetRecords": [1.5]}, "120", 3, 900, 350, rate, 2, 1.7e9, WATCH_LIVE)
     for tip in (TipReport(A, "123", 40, "it-1"), full):
         token, tips = decode(encode("t0k", [tip]))
         assert (token, tips) == ("t0k", [tip])
@@ -42,6 +43,7 @@ def test_a_report_round_trips_and_bad_ones_are_refused_naming_the_field():
         ({"shard": "s/a", "seq": "12", "behindMs": 0, "rate": [1]}, "read-rate state"),
         ({"shard": "s/a", "seq": "12", "behindMs": 0, "subscribedAt": "now"}, "subscribedAt"),
         ({"shard": "s/a", "seq": "12", "behindMs": 0, "subscribedAt": -1}, "subscribedAt"),
+        ({"shard": "s/a", "seq": "12", "behindMs": 0, "watch": True}, "watch"),
     ):
         with pytest.raises(ValueError, match=word):
             TipReport.from_json(bad)
@@ -267,5 +269,60 @@ def test_fan_out_holds_a_shard_until_kinesis_allows_its_next_subscription():
         assert time.time() >= subscribed + 5.0
         # probes went on while the shard was held: its end is the newest record
         assert moved.shards[A] == Position.after(recs[19][0])
+    finally:
+        planner.close()
+
+
+def test_a_watched_shard_is_not_probed_and_its_tips_come_from_the_watch():
+    """Fan-out: while the read's subscription reports as the shard's tip watch, the driver makes
+    no GetRecords for it; the watch's end gives the shard back to the probes at once, and an
+    older watch's end (taken over by the read whose watch now reports) does not."""
+    recs = log_of(40)
+    fake = TimedFake({"a": FakeShard(recs[:10])})
+    planner = reporting_planner(fake, consumerMode="efo")
+    try:
+        start = trim_horizon(A)
+        end = planner.latest_offset(start)
+        _, address = planner.hand_over(plan_ranges(start, end))
+        subscribed = time.time() - 6.0  # past Kinesis' 5 s: the shard is not held
+        read = TipReport(A, recs[9][0], 0, None, subscribed_at=subscribed)
+        watched = dataclasses.replace(read, watch=WATCH_LIVE)
+        assert sender.send_reports(address, [read, watched])
+        reads = len(fake.reads)
+        fake.shards["a"].records.extend(recs[10:20])
+        time.sleep(0.5)  # an observation window: 12 probe intervals
+        assert len(fake.reads) == reads, "the driver probed a watched shard"
+        assert planner.latest_offset(end) == end  # nothing reported yet: nothing planned
+        assert sender.send_reports(address, [dataclasses.replace(watched, seq=recs[14][0])])
+        assert planner.latest_offset(end).shards[A] == Position.after(recs[14][0])
+        # An older watch ends: the newer one still holds the shard.
+        assert sender.send_reports(address, [dataclasses.replace(watched, subscribed_at=subscribed - 10,
+                                                                 watch=WATCH_ENDED)])
+        time.sleep(0.5)
+        assert len(fake.reads) == reads, "an older watch's end let the probes in"
+        # The watch's own end: the driver probes again, and finds the rest.
+        assert sender.send_reports(address, [dataclasses.replace(watched, seq=recs[14][0], watch=WATCH_ENDED)])
+        wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[19][0]),
+                 timeout=10, what="the probe after the watch's end")
+    finally:
+        planner.close()
+
+
+def test_a_watch_whose_reports_stop_loses_the_shard_to_the_probes_after_its_lease(monkeypatch):
+    from kinesis_source.driver import tips as tips_module
+
+    monkeypatch.setattr(tips_module, "WATCH_LEASE_S", 0.5)
+    recs = log_of(20)
+    fake = TimedFake({"a": FakeShard(recs[:10])})
+    planner = reporting_planner(fake, consumerMode="efo")
+    try:
+        start = trim_horizon(A)
+        end = planner.latest_offset(start)
+        _, address = planner.hand_over(plan_ranges(start, end))
+        tip = TipReport(A, recs[9][0], 0, None, subscribed_at=time.time() - 6.0)
+        assert sender.send_reports(address, [tip, dataclasses.replace(tip, watch=WATCH_LIVE)])
+        fake.shards["a"].records.extend(recs[10:20])
+        wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[19][0]),
+                 timeout=10, what="the probe after the lease")
     finally:
         planner.close()
