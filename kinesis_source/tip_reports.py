@@ -36,8 +36,11 @@ MAX_ITERATOR_CHARS = 4096
 CALL_OPS = ("GetRecords", "GetShardIterator")
 MAX_CALLS = 10_000  # call times per operation in one report
 WATCH_FLUSH_S = 0.2  # a process's watches report new tips together, this often at most
-WATCH_HEARTBEAT_S = 5.0  # a watch that got events (Kinesis sends some even when idle) says so
-WATCH_LEASE_S = 3 * WATCH_HEARTBEAT_S  # the driver leaves a watched shard alone this long
+WATCH_HEARTBEAT_S = 1.0  # a live watch says so this often...
+WATCH_SILENT_S = 10.0  # ...while its last event is this recent (Kinesis sends empty ones when idle)
+# The driver leaves a watched shard alone this long after a report: a worker that died with its
+# watches (Spark ended it, or does not reuse workers) costs the shard's tips this much at most.
+WATCH_LEASE_S = 3 * WATCH_HEARTBEAT_S
 WATCH_LIVE, WATCH_ENDED = "live", "ended"
 
 

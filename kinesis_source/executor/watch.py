@@ -36,6 +36,7 @@ from kinesis_source.tip_reports import (
     WATCH_FLUSH_S,
     WATCH_HEARTBEAT_S,
     WATCH_LIVE,
+    WATCH_SILENT_S,
     ReportAddress,
     TipReport,
 )
@@ -58,7 +59,7 @@ class _Watch:
     behind_ms: int = 0
     bytes: int = 0  # data bytes received since the last report
     fresh: bool = False  # a record since the last report
-    evented: bool = False  # an event since the last report
+    event_at: float = 0.0  # monotonic: the last event (a read's subscription just had some)
     reported_at: float = 0.0  # monotonic
     ended: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
@@ -71,7 +72,7 @@ class _Watch:
         """The report of what the watch saw since the last (resets the counts)."""
         tip = TipReport(self.shard, self.seq, self.behind_ms, read_bytes=self.bytes, extra_bytes=self.bytes,
                         subscribed_at=self.subscribed_at, watch=WATCH_ENDED if self.ended else WATCH_LIVE)
-        self.bytes, self.fresh, self.evented = 0, False, False
+        self.bytes, self.fresh = 0, False
         return tip
 
 
@@ -93,7 +94,8 @@ def start_watch(
     thread of its own, reporting to ``address``; False when this process watches
     ``MAX_WATCHES`` shards already (the caller then closes the subscription)."""
     global _flusher
-    watch = _Watch(consumer_arn, shard, address, subscribed_at, seq, close, reported_at=time.monotonic())
+    now = time.monotonic()
+    watch = _Watch(consumer_arn, shard, address, subscribed_at, seq, close, event_at=now, reported_at=now)
     with _lock:
         if len(_watches) >= MAX_WATCHES:
             return False
@@ -150,7 +152,7 @@ def _follow(watch: _Watch, events: Iterator[dict]) -> None:
                 continue
             records = event.get("Records") or []
             with _lock:
-                watch.evented = True
+                watch.event_at = time.monotonic()
                 watch.behind_ms = int(event.get("MillisBehindLatest") or 0)
                 if records:
                     watch.seq = records[-1]["SequenceNumber"]
@@ -177,14 +179,15 @@ def _flush_forever() -> None:
 
 
 def flush(now: float | None = None) -> None:
-    """Send what the watches saw: new records, a heartbeat of a watch that got events for
-    ``WATCH_HEARTBEAT_S``, a watch's end; one message per driver. A driver that does not take
-    the message (stopped, unreachable) ends its watches."""
+    """Send what the watches saw: new records, a heartbeat every ``WATCH_HEARTBEAT_S`` of a
+    watch whose last event is more recent than ``WATCH_SILENT_S`` (a silent subscription does
+    not keep the driver's probes away), a watch's end; one message per driver. A driver that
+    does not take the message (stopped, unreachable) ends its watches."""
     now = time.monotonic() if now is None else now
     out: dict[ReportAddress, list[tuple[_Watch, TipReport]]] = {}
     with _lock:
         for key, watch in list(_watches.items()):
-            beat = watch.evented and now - watch.reported_at >= WATCH_HEARTBEAT_S
+            beat = now - watch.reported_at >= WATCH_HEARTBEAT_S and now - watch.event_at < WATCH_SILENT_S
             if watch.fresh or beat or watch.ended:
                 watch.reported_at = now
                 out.setdefault(watch.address, []).append((watch, watch.report()))

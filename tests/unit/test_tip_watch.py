@@ -104,6 +104,7 @@ def reports(driver, kind):
 
 def test_a_watch_reports_new_records_heartbeats_and_its_end(driver, monkeypatch):
     monkeypatch.setattr(watch, "WATCH_HEARTBEAT_S", 0.3)
+    monkeypatch.setattr(watch, "WATCH_SILENT_S", 1.0)
     recs = log_of(6)
     events = Events()
     assert watch.start_watch(ARN, A, driver.address, recs[1][0], 1.7e9, iter(events), events.close)
@@ -114,12 +115,14 @@ def test_a_watch_reports_new_records_heartbeats_and_its_end(driver, monkeypatch)
     first = next(t for t in driver.tips if t.seq == recs[4][0])
     assert first.subscribed_at == 1.7e9 and first.iterator is None
     assert first.extra_bytes == first.read_bytes == 3 * len(DATA)
-    # An event without records: after the heartbeat interval the watch says it lives on.
-    count = len(driver.tips)
-    events.put_records([])
-    wait_for(lambda: len(driver.tips) > count, timeout=5, what="a heartbeat")
-    assert driver.tips[-1].seq == recs[4][0] and driver.tips[-1].watch == WATCH_LIVE
-    # Without events, no heartbeat: a silent subscription does not keep the driver away.
+    # Events without records: the watch says it lives on, every heartbeat interval.
+    for _ in range(3):
+        count = len(driver.tips)
+        events.put_records([])
+        wait_for(lambda: len(driver.tips) > count, timeout=5, what="a heartbeat")
+        assert driver.tips[-1].seq == recs[4][0] and driver.tips[-1].watch == WATCH_LIVE
+    # Once its subscription is silent for WATCH_SILENT_S, no heartbeat keeps the driver away.
+    time.sleep(watch.WATCH_SILENT_S + 2 * watch.WATCH_HEARTBEAT_S)  # the subscription falls silent
     count = len(driver.tips)
     time.sleep(3 * watch.WATCH_HEARTBEAT_S)  # an observation window: three heartbeat intervals
     assert watch.watched() == [A]
