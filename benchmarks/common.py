@@ -26,6 +26,12 @@ REGION = "us-east-1"
 PUT_BATCH = 500
 
 
+def p95(s: dict[str, Any]) -> float:
+    """The 95th percentile of a :func:`summary`'s values."""
+    vals = sorted(s["values"])
+    return vals[int(0.95 * (len(vals) - 1))]
+
+
 def summary(values: Iterable[float]) -> dict[str, Any]:
     """Median, min, max and spread (max - min) of repeated measurements, with the values."""
     vals = [float(v) for v in values]

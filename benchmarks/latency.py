@@ -11,7 +11,10 @@ which collects the batch's rows: a row's *latency* is the time its batch was col
 put time. A shard's *batch period* is the time between two batches that held its rows. Both are
 measured over ``MEASURE_S`` (``--quick``: ``QUICK_MEASURE_S``), ``WARMUP_S`` after every shard's
 first rows reached the sink. With fan-out
-the server's refused subscriptions in that window are counted too.
+the server's refused subscriptions in that window are counted too. Every call of the query goes
+to that server, so the window's ``GetRecords`` and ``GetShardIterator`` are counted there, driver
+and executors together: fan-out runs twice, with its tip watches (the default) and with
+``efoTipWatch=false`` (the driver probes with ``GetRecords``).
 
     python -m benchmarks.latency [--quick]
 """
@@ -114,17 +117,30 @@ def _figures(rows: list[tuple[float, str, float]]) -> dict[str, Any]:
     return {"rows": len(rows), "latency_ms": _percentiles(latency), "batch_period_s": _percentiles(periods)}
 
 
-def measure(spark: Any, url: str, mode: str, measure_s: float) -> dict[str, Any]:
+POLLED = ("GetRecords", "GetShardIterator")
+
+
+def _bytes(query: Any) -> dict[str, int]:
+    """The data bytes the executors reported receiving so far and, of them, outside their ranges
+    (with fan-out: what the tip watches received), from the source's last progress."""
+    from tests.support.spark_query import source_report
+
+    report = source_report(query.lastProgress) if query.lastProgress else {}
+    return {"read": report.get("executorBytesRead", 0), "extra": report.get("executorBytesExtra", 0)}
+
+
+def measure(spark: Any, url: str, mode: str, measure_s: float, **extra: str) -> dict[str, Any]:
     """One mode's run on a fresh stream, behind a fresh event-stream server."""
     from tests.support.efo_server import EfoServer
 
     client = settings(url).boto3_client("kinesis")
-    stream = create_stream(client, SHARDS, f"latency-{mode}")
+    label = mode + "".join(f"-{k}={v}" for k, v in extra.items())
+    stream = create_stream(client, SHARDS, f"latency-{mode}{'-' + str(len(extra)) if extra else ''}")
     keys = shard_hash_keys(client, stream)
     checkpoint = tempfile.mkdtemp(prefix="kddb-latency-")
     with EfoServer(url, activation_delay_s=1.0) as server:
         server.in_use_window_s, server.min_call_gap_s = 5.0, 1.0  # as Kinesis
-        options = source_options(server.url, stream, initialPosition="LATEST", consumerMode=mode)
+        options = source_options(server.url, stream, initialPosition="LATEST", consumerMode=mode, **extra)
         options["dynamodbEndpointUrl"] = url
         sink = Sink()
         reader = spark.readStream.format("kinesis-ddb")
@@ -142,11 +158,15 @@ def measure(spark: Any, url: str, mode: str, measure_s: float) -> dict[str, Any]
                 refused_before = dict(server.refused)
                 subscribed_before = server.subscriptions
                 called_before = server.calls.get("SubscribeToShard", 0)
+                polled_before = {op: server.calls.get(op, 0) for op in POLLED}
+                bytes_before = _bytes(query)
                 time.sleep(measure_s)  # the measured window
                 until = time.time()
                 refused = {k: v - refused_before.get(k, 0) for k, v in server.refused.items()}
                 subscriptions = server.subscriptions - subscribed_before
                 calls = server.calls.get("SubscribeToShard", 0) - called_before
+                polled = {op: server.calls.get(op, 0) - polled_before[op] for op in POLLED}
+                received = {k: v - bytes_before[k] for k, v in _bytes(query).items()}
                 # a shard's rows arrive in order: once one put after the window is in, all of
                 # the window's are
                 wait_for(lambda: sink.delivered_after(until) == SHARDS, timeout=120,
@@ -155,19 +175,21 @@ def measure(spark: Any, url: str, mode: str, measure_s: float) -> dict[str, Any]
         finally:
             query.stop()
             shutil.rmtree(checkpoint, ignore_errors=True)
-    out = {"mode": mode, "shards": SHARDS, "rate_per_shard": RATE, "seconds": round(until - since, 1),
+    out = {"mode": label, "shards": SHARDS, "polled": polled, "bytes": received, "rate_per_shard": RATE,
+           "seconds": round(until - since, 1),
            "refused": refused, "subscriptions": subscriptions, "subscribe_calls": calls, **_figures(rows)}
-    print(f"  {mode}: {out['rows']} rows, latency p50 {out['latency_ms']['p50']:.0f} ms p95 "
+    print(f"  {label}: {out['rows']} rows, latency p50 {out['latency_ms']['p50']:.0f} ms p95 "
           f"{out['latency_ms']['p95']:.0f} ms, batch period p50 {out['batch_period_s']['p50']:.2f} s, "
-          f"SubscribeToShard calls {calls} ({subscriptions} subscribed, refused {refused})")
+          f"SubscribeToShard calls {calls} ({subscriptions} subscribed, refused {refused}); {polled}")
     return out
 
 
 def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
-    """Polling, then fan-out, each on its own stream and server."""
+    """Polling, then fan-out with and without tip watches, each on its own stream and server."""
     measure_s = QUICK_MEASURE_S if quick else MEASURE_S
     return {"polling": measure(spark, url, "polling", measure_s),
-            "efo": measure(spark, url, "efo", measure_s)}
+            "efo": measure(spark, url, "efo", measure_s),
+            "efo_probes": measure(spark, url, "efo", measure_s, efoTipWatch="false")}
 
 
 if __name__ == "__main__":

@@ -128,6 +128,10 @@ class Feeders:
         """Records written so far."""
         return sum(len(f.sent) for f in self._feeders)
 
+    def put_at(self) -> dict[str, float]:
+        """Each record's ``PutRecords`` call time, by sequence number."""
+        return {seq: at for f in self._feeders for seq, at in f.put_at.items()}
+
     def __enter__(self) -> Feeders:
         for f in self._feeders:
             f.__enter__()

@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import p95
+
 BEGIN = "<!-- BEGIN GENERATED: python -m benchmarks.report -->"
 END = "<!-- END GENERATED -->"
 MB_PER_MIB = 1.048576
@@ -152,6 +154,14 @@ def _latency_targets(add: Any, lat: dict[str, Any] | None) -> None:
     refused = sum(efo["refused"].values())
     add("fan-out: subscriptions refused", "= 0", refused,
         f"{refused} of {efo['subscribe_calls']} calls", refused == 0)
+    if "polled" in efo:
+        polled = efo["polled"]
+        gets = polled.get("GetRecords", 0)
+        add("fan-out: GetRecords / GetShardIterator in steady state, driver and executors", "= 0", gets,
+            f"{gets} / {polled.get('GetShardIterator', 0)} in {efo['seconds']:.0f} s"
+            + (f" (efoTipWatch=false: {lat['efo_probes']['polled'].get('GetRecords', 0)} GetRecords)"
+               if "efo_probes" in lat else ""),
+            gets == 0 and polled.get("GetShardIterator", 0) == 0)
 
 
 def _sink_targets(add: Any, sink: dict[str, Any] | None) -> None:
@@ -209,6 +219,12 @@ def _tasks_targets(add: Any, tasks: dict[str, Any] | None) -> None:
             add(f"latestOffset p50 at {r['shards']:,} shards, quota server, {latency}", "<= 50 ms", p50,
                 f"{p50:.1f} ms (Spark's latestOffset phase, with the DynamoDB commit on moto beside it: "
                 f"{spark:.0f} ms)", p50 <= 50.0)
+            ages = r.get("end_age_seconds")
+            if ages and ages["n"]:
+                worst = p95(ages)
+                add(f"freshness: p95 age of a planned end's arrival, {r['shards']:,} shards "
+                    f"({r['active']:,} active), {latency}", "<= 2.5 s", worst,
+                    f"{worst:.2f} s (median {ages['median']:.2f} s, {ages['n']:,} ends)", worst <= 2.5)
 
 
 def _run_label(r: dict[str, Any]) -> str:
@@ -509,8 +525,8 @@ def _tasks(res: dict[str, Any]) -> list[str]:
            "`shardsPerTask` plans them for the batch's ranges.", "",
            "| shards | active | shardsPerTask | batches | batch time, median (max) | addBatch (the reads) | "
            "latestOffset, median (max) | the planner's answer, median (max) | ranges per batch | "
-           "tasks per batch |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "tasks per batch | planned end's age, median (p95) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in t["runs"]:
         b, a, lo, ans = r["batch_seconds"], r["add_batch_seconds"], r["latest_offset_seconds"], r["answer_seconds"]
         ranges = r["ranges_per_batch"]["median"] if r["ranges_per_batch"] else 0
@@ -518,11 +534,18 @@ def _tasks(res: dict[str, Any]) -> list[str]:
             f"| {r['shards']:,} | {r['active']:,} | {r['shards_per_task'] or 'default'} | {r['batches']} | "
             f"{b['median'] * 1000:.0f} ({b['max'] * 1000:.0f}) ms | {a['median'] * 1000:.0f} ms | "
             f"{lo['median'] * 1000:.0f} ({lo['max'] * 1000:.0f}) ms | {ans['median'] * 1000:.1f} "
-            f"({ans['max'] * 1000:.1f}) ms | {ranges:.0f} | {r['tasks_per_batch']:.0f} |"
+            f"({ans['max'] * 1000:.1f}) ms | {ranges:.0f} | {r['tasks_per_batch']:.0f} | {_age(r)} |"
         )
     if "ratio_1000_over_10" in t:
         out += ["", f"1,000 / 10 shards (grouped): {t['ratio_1000_over_10']:.2f}x the batch time."]
     return out
+
+
+def _age(r: dict[str, Any]) -> str:
+    ages = r.get("end_age_seconds")
+    if not ages or not ages["n"]:
+        return "-"
+    return f"{ages['median']:.2f} ({p95(ages):.2f}) s"
 
 
 def _overread(res: dict[str, Any]) -> list[str]:
@@ -611,13 +634,22 @@ def _latency(res: dict[str, Any]) -> list[str]:
            "less the time of its `PutRecords` call; a shard's batch period is the time between two batches that "
            "held its rows.", "",
            "| mode | window | rows | latency p50 | p95 | max | batch period p50 | p95 | SubscribeToShard calls "
-           "(refused) |", "|---|---|---|---|---|---|---|---|---|"]
-    for mode in ("polling", "efo"):
+           "(refused) | GetRecords / GetShardIterator | bytes received / in the ranges |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for mode in ("polling", "efo", "efo_probes"):
+        if mode not in lat:
+            continue
         r = lat[mode]
         ms, per = r["latency_ms"], r["batch_period_s"]
-        calls = f"{r['subscribe_calls']} ({sum(r['refused'].values())})" if mode == "efo" else "-"
-        out.append(f"| {mode} | {r['seconds']:.0f} s | {r['rows']:,} | {ms['p50']:,.0f} ms | {ms['p95']:,.0f} ms | "
-                   f"{ms['max']:,.0f} ms | {per['p50']:.2f} s | {per['p95']:.2f} s | {calls} |")
+        calls = f"{r['subscribe_calls']} ({sum(r['refused'].values())})" if mode != "polling" else "-"
+        polled = r.get("polled")
+        gets = f"{polled['GetRecords']:,} / {polled['GetShardIterator']:,}" if polled else "-"
+        got = r.get("bytes")
+        inside = got["read"] - got["extra"] if got else 0
+        ratio = f"{got['read'] / inside:.2f}" if got and inside > 0 else "-"
+        out.append(f"| {r['mode']} | {r['seconds']:.0f} s | {r['rows']:,} | {ms['p50']:,.0f} ms | "
+                   f"{ms['p95']:,.0f} ms | {ms['max']:,.0f} ms | {per['p50']:.2f} s | {per['p95']:.2f} s | "
+                   f"{calls} | {gets} | {ratio} |")
     return out
 
 

@@ -13,6 +13,11 @@ per shard (``shardsPerTask=1``, the layout before grouping).
 
 The acceptance ratio is the 1,000-shard batch time over the 10-shard one, grouped, in one run.
 
+Freshness (issue 17): for every shard a batch of the window moved, the age of its planned end's
+arrival: the time ``latestOffset`` returned (the batch's start plus its ``latestOffset`` phase)
+less the time of the ``PutRecords`` call that wrote the end record (so at most the call's time
+older than the arrival itself).
+
     python -m benchmarks.tasks [--quick]
 """
 
@@ -28,7 +33,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from benchmarks.common import REGION, create_stream, source_options, summary
+from benchmarks.common import REGION, create_stream, p95, source_options, summary
 from benchmarks.overhead import _report
 from benchmarks.quota import Feeders, _shard_ids, _start, _wait
 from kinesis_source.driver.tasks import shards_per_task
@@ -60,12 +65,13 @@ def measure(spark: Any, url: str, shards: int, active: int, per_task: int | None
             options["shardsPerTask"] = str(per_task)
         query = _start(spark, options, checkpoint)
         try:
-            with Feeders(client, stream, fed, RATE):
+            with Feeders(client, stream, fed, RATE) as feeders:
                 _wait(lambda: any(p["numInputRows"] for p in _progress(query)), FIRST_BATCH_TIMEOUT_S,
                       "the first batch with records", query)
                 began = time.time()
                 time.sleep(measure_s)  # the measured window: the query runs, nothing is awaited
                 progress = _progress(query)
+            put_at = feeders.put_at()
         finally:
             query.stop()
             shutil.rmtree(checkpoint, ignore_errors=True)
@@ -91,6 +97,7 @@ def measure(spark: Any, url: str, shards: int, active: int, per_task: int | None
             for phase in window[0]["durationMs"]
         } if window else {},
         "ranges_per_batch": summary(ranges) if ranges else None,
+        "end_age_seconds": summary(ages) if (ages := _end_ages(window, put_at)) else None,
         "tasks_per_batch": tasks_planned,
     }
 
@@ -99,6 +106,22 @@ def _epoch(stamp: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _end_ages(window: list[dict[str, Any]], put_at: dict[str, float]) -> list[float]:
+    """Per batch and moved shard: when ``latestOffset`` returned less when its end was put."""
+    ages = []
+    for p in window:
+        source = p["sources"][0]
+        start, end = (json.loads(source[k]) if isinstance(source[k], str) else source[k]
+                      for k in ("startOffset", "endOffset"))
+        planned = _epoch(p["timestamp"]) + p["durationMs"].get("latestOffset", 0) / 1000
+        for shard, position in end["shards"].items():
+            if position != start["shards"].get(shard) and position.startswith("AFTER:"):
+                seq = position.split(":")[1]
+                if seq in put_at:
+                    ages.append(planned - put_at[seq])
+    return ages
 
 
 def _ranges_per_batch(progress: list[dict[str, Any]], since: float) -> list[int]:
@@ -131,21 +154,18 @@ def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
     return out
 
 
-def _p95(s: dict[str, Any]) -> float:
-    vals = sorted(s["values"])
-    return vals[int(0.95 * (len(vals) - 1))]
-
-
 def _print(r: dict[str, Any]) -> None:
     b, a, lo = r["batch_seconds"], r["add_batch_seconds"], r["latest_offset_seconds"]
     print(
         f"  tasks {r['shards']:>5} shards ({r['active']} active, shardsPerTask "
         f"{r['shards_per_task'] or 'default'}): {r['batches']} batches, batch "
-        f"{b['median'] * 1000:.0f} ms (p95 {_p95(b) * 1000:.0f}), addBatch {a['median'] * 1000:.0f} ms, "
-        f"latestOffset {lo['median'] * 1000:.0f} ms (p95 {_p95(lo) * 1000:.0f}; answer "
+        f"{b['median'] * 1000:.0f} ms (p95 {p95(b) * 1000:.0f}), addBatch {a['median'] * 1000:.0f} ms, "
+        f"latestOffset {lo['median'] * 1000:.0f} ms (p95 {p95(lo) * 1000:.0f}; answer "
         f"{r['answer_seconds']['median'] * 1000:.1f} ms), ranges/batch "
         f"{r['ranges_per_batch']['median'] if r['ranges_per_batch'] else 0:.0f}, "
-        f"tasks/batch {r['tasks_per_batch']:.0f}",
+        f"tasks/batch {r['tasks_per_batch']:.0f}, planned end's age "
+        + (f"p50 {r['end_age_seconds']['median']:.2f} s p95 {p95(r['end_age_seconds']):.2f} s"
+           if r["end_age_seconds"] else "-"),
         flush=True,
     )
     print("    phases (median s): " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["phase_seconds"].items())))

@@ -440,7 +440,8 @@ class Neighbour:
 class Feeder:
     """Writes ``per_shard_rate`` rounds a second to each of ``shards`` (ids) of ``stream`` (a
     round: ``per_round`` records of ``size`` bytes per shard, one ``PutRecords``), straight to
-    the backend, until stopped; ``sent`` holds ``(shard id, seq, data)``."""
+    the backend, until stopped; ``sent`` holds ``(shard id, seq, data)``, ``put_at`` each
+    sequence number's ``PutRecords`` call time (epoch seconds: the record arrived after it)."""
 
     def __init__(
         self, client: Any, stream: str, shards: Iterable[str], per_shard_rate: float, size: int = 100,
@@ -452,6 +453,7 @@ class Feeder:
         self._client, self._stream = client, stream
         self._rate, self._size = per_shard_rate, size
         self.sent: list[tuple[str, str, bytes]] = []
+        self.put_at: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -463,10 +465,12 @@ class Feeder:
                 {"Data": f"f-{shard}-{n}".ljust(self._size, ".").encode(), "PartitionKey": "k", "ExplicitHashKey": key}
                 for shard, key in self._targets
             ]
+            called = time.time()
             resp = self._client.put_records(StreamName=self._stream, Records=records)
             for rec, res in zip(records, resp["Records"], strict=True):
                 if "SequenceNumber" in res:
                     self.sent.append((res["ShardId"], res["SequenceNumber"], rec["Data"]))
+                    self.put_at[res["SequenceNumber"]] = called
             # pacing to the rate, not waiting for a condition
             self._stop.wait(max(0.0, started + n / self._rate - time.monotonic()))
 
