@@ -27,7 +27,10 @@ _CONNECT_TIMEOUT_S = 10
 _READ_TIMEOUT_S = 30
 # Async probes fan out over all shards at once; aiohttp's default pool of 10 would queue them.
 _ASYNC_POOL = 64
-_SYNC_POOL = 16
+# An executor's readers run on up to 16 threads, and with fan-out each tip watch holds its
+# subscription's connection (at most 256 per process, executor/watch.py): a smaller pool would
+# discard (and log) connections given back while the watches hold theirs.
+_SYNC_POOL = 16 + 256
 
 
 def error_code(exc: BaseException) -> str | None:

@@ -219,8 +219,12 @@ class TipTable:
         key, entry = tip.shard, self.entries.get(tip.shard)
         if entry is None:
             return False  # a shard that left
-        if tip.watch is not None:
-            self._watched(entry, tip, time.monotonic())  # (also when nothing arrived since the seed)
+        if tip.watch is not None and self._watched(entry, tip, time.monotonic()) and tip.watch == WATCH_ENDED:
+            # (also when nothing arrived since the seed) the shard is not watched any more:
+            # look at it now rather than at its idle backoff's due time
+            entry.due = time.monotonic()
+            if not entry.probing and not (entry.ended or entry.gone):
+                self._schedule(key, entry)
         if not _after(tip.seq, entry.seed):
             return False  # a read of an older range (a replayed batch), or nothing new
         before = entry.state()
@@ -259,22 +263,19 @@ class TipTable:
         return True
 
     @staticmethod
-    def _watched(entry: ShardTip, tip: TipReport, now: float) -> None:
-        """A tip watch's report: a live watch keeps the probes away for ``WATCH_LEASE_S``; the
-        end of the watch that holds the lease gives the shard back to them (an older watch's
-        end, taken over by the read whose watch now reports, does not)."""
+    def _watched(entry: ShardTip, tip: TipReport, now: float) -> bool:
+        """Apply a tip watch's report to the lease (True if it did): a live watch keeps the
+        probes away for ``WATCH_LEASE_S``; the end of the watch that holds the lease gives the
+        shard back to them (an older watch's end, taken over by the read whose watch now
+        reports, does not)."""
         since = tip.subscribed_at if tip.subscribed_at is not None else 0.0
+        if entry.watch_since is not None and since < entry.watch_since:
+            return False
         if tip.watch == WATCH_ENDED:
-            if entry.watch_since is None or since >= entry.watch_since:
-                entry.watched_until, entry.watch_since = 0.0, None
-        elif entry.watch_since is None or since >= entry.watch_since:
+            entry.watched_until, entry.watch_since = 0.0, None
+        else:
             entry.watched_until, entry.watch_since = now + WATCH_LEASE_S, since
-
-    def watched(self, key: ShardId) -> bool:
-        """True while a fan-out subscription reports ``key``'s tips (the driver does not probe it)."""
-        with self._lock:
-            entry = self.entries.get(key)
-            return entry is not None and entry.watched_until > time.monotonic()
+        return True
 
     def watched_count(self) -> int:
         """How many tracked shards a fan-out subscription watches now."""

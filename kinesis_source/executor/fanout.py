@@ -260,7 +260,8 @@ class SubscribeRangeReader(RangeReaderBase):
         stream = self._stream
         self._stream = self._events = None
         if not start_watch(self._consumer_arn, self._range.shard, self._watch_to,
-                           page.records[-1]["SequenceNumber"], self.subscribed_at, events, stream.close):
+                           page.records[-1]["SequenceNumber"], page.behind_ms, self.subscribed_at, events,
+                           stream.close):
             stream.close()
 
     def watch_report(self) -> TipReport | None:

@@ -43,7 +43,7 @@ from kinesis_source.tip_reports import (
 
 log = logging.getLogger(__name__)
 
-MAX_WATCHES = 256  # per worker process: each holds a thread and a connection
+MAX_WATCHES = 256  # per worker process: each holds a thread and a connection (aws/clients.py's pool)
 
 
 @dataclass(eq=False)
@@ -86,16 +86,18 @@ def start_watch(
     shard: ShardId,
     address: ReportAddress,
     seq: str,
+    behind_ms: int,
     subscribed_at: float | None,
     events: Iterator[dict],
     close: Callable[[], None],
 ) -> bool:
-    """Follow ``events`` (a subscription of ``shard`` whose last record sent was ``seq``) on a
-    thread of its own, reporting to ``address``; False when this process watches
-    ``MAX_WATCHES`` shards already (the caller then closes the subscription)."""
+    """Follow ``events`` (a subscription of ``shard`` whose last record sent was ``seq``, in an
+    event ``behind_ms`` behind the shard's newest) on a thread of its own, reporting to
+    ``address``; False when this process watches ``MAX_WATCHES`` shards already (the caller
+    then closes the subscription)."""
     global _flusher
     now = time.monotonic()
-    watch = _Watch(consumer_arn, shard, address, subscribed_at, seq, close, event_at=now, reported_at=now)
+    watch = _Watch(consumer_arn, shard, address, subscribed_at, seq, close, behind_ms, event_at=now, reported_at=now)
     with _lock:
         if len(_watches) >= MAX_WATCHES:
             return False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -252,14 +253,24 @@ def test_ranges_get_their_size_when_reports_and_probes_saw_every_record():
         planner.close()
 
 
-def test_fan_out_holds_a_shard_until_kinesis_allows_its_next_subscription():
-    recs = log_of(40)
+@contextmanager
+def fan_out_read(recs):
+    """A fan-out planner whose first batch, the shard's first ten records, was planned and handed
+    to a read: (fake, planner, the batch's end, the report address)."""
     fake = TimedFake({"a": FakeShard(recs[:10])})
     planner = reporting_planner(fake, consumerMode="efo")
     try:
         start = trim_horizon(A)
         end = planner.latest_offset(start)
         _, address = planner.hand_over(plan_ranges(start, end))
+        yield fake, planner, end, address
+    finally:
+        planner.close()
+
+
+def test_fan_out_holds_a_shard_until_kinesis_allows_its_next_subscription():
+    recs = log_of(40)
+    with fan_out_read(recs) as (fake, planner, end, address):
         fake.shards["a"].records.extend(recs[10:20])
         subscribed = time.time() - 4.5  # the read subscribed 4.5 s ago
         assert sender.send_reports(address, [TipReport(A, recs[9][0], 0, None, subscribed_at=subscribed)])
@@ -269,8 +280,6 @@ def test_fan_out_holds_a_shard_until_kinesis_allows_its_next_subscription():
         assert time.time() >= subscribed + 5.0
         # probes went on while the shard was held: its end is the newest record
         assert moved.shards[A] == Position.after(recs[19][0])
-    finally:
-        planner.close()
 
 
 def test_a_watched_shard_is_not_probed_and_its_tips_come_from_the_watch():
@@ -278,12 +287,7 @@ def test_a_watched_shard_is_not_probed_and_its_tips_come_from_the_watch():
     no GetRecords for it; the watch's end gives the shard back to the probes at once, and an
     older watch's end (taken over by the read whose watch now reports) does not."""
     recs = log_of(40)
-    fake = TimedFake({"a": FakeShard(recs[:10])})
-    planner = reporting_planner(fake, consumerMode="efo")
-    try:
-        start = trim_horizon(A)
-        end = planner.latest_offset(start)
-        _, address = planner.hand_over(plan_ranges(start, end))
+    with fan_out_read(recs) as (fake, planner, end, address):
         subscribed = time.time() - 6.0  # past Kinesis' 5 s: the shard is not held
         read = TipReport(A, recs[9][0], 0, None, subscribed_at=subscribed)
         watched = dataclasses.replace(read, watch=WATCH_LIVE)
@@ -304,8 +308,6 @@ def test_a_watched_shard_is_not_probed_and_its_tips_come_from_the_watch():
         assert sender.send_reports(address, [dataclasses.replace(watched, seq=recs[14][0], watch=WATCH_ENDED)])
         wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[19][0]),
                  timeout=10, what="the probe after the watch's end")
-    finally:
-        planner.close()
 
 
 def test_a_watch_whose_reports_stop_loses_the_shard_to_the_probes_after_its_lease(monkeypatch):
@@ -313,16 +315,9 @@ def test_a_watch_whose_reports_stop_loses_the_shard_to_the_probes_after_its_leas
 
     monkeypatch.setattr(tips_module, "WATCH_LEASE_S", 0.5)
     recs = log_of(20)
-    fake = TimedFake({"a": FakeShard(recs[:10])})
-    planner = reporting_planner(fake, consumerMode="efo")
-    try:
-        start = trim_horizon(A)
-        end = planner.latest_offset(start)
-        _, address = planner.hand_over(plan_ranges(start, end))
+    with fan_out_read(recs) as (fake, planner, end, address):
         tip = TipReport(A, recs[9][0], 0, None, subscribed_at=time.time() - 6.0)
         assert sender.send_reports(address, [tip, dataclasses.replace(tip, watch=WATCH_LIVE)])
         fake.shards["a"].records.extend(recs[10:20])
         wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[19][0]),
                  timeout=10, what="the probe after the lease")
-    finally:
-        planner.close()

@@ -107,7 +107,7 @@ def test_a_watch_reports_new_records_heartbeats_and_its_end(driver, monkeypatch)
     monkeypatch.setattr(watch, "WATCH_SILENT_S", 1.0)
     recs = log_of(6)
     events = Events()
-    assert watch.start_watch(ARN, A, driver.address, recs[1][0], 1.7e9, iter(events), events.close)
+    assert watch.start_watch(ARN, A, driver.address, recs[1][0], 0, 1.7e9, iter(events), events.close)
     assert watch.watched() == [A]
     events.put_records(recs[2:5])
     wait_for(lambda: any(t.seq == recs[4][0] for t in reports(driver, WATCH_LIVE)), timeout=5,
@@ -119,7 +119,7 @@ def test_a_watch_reports_new_records_heartbeats_and_its_end(driver, monkeypatch)
     for _ in range(3):
         count = len(driver.tips)
         events.put_records([])
-        wait_for(lambda: len(driver.tips) > count, timeout=5, what="a heartbeat")
+        wait_for(lambda n=count: len(driver.tips) > n, timeout=5, what="a heartbeat")
         assert driver.tips[-1].seq == recs[4][0] and driver.tips[-1].watch == WATCH_LIVE
     # Once its subscription is silent for WATCH_SILENT_S, no heartbeat keeps the driver away.
     time.sleep(watch.WATCH_SILENT_S + 2 * watch.WATCH_HEARTBEAT_S)  # the subscription falls silent
@@ -137,7 +137,7 @@ def test_a_driver_that_does_not_take_the_reports_ends_the_watch():
     try:
         recs = log_of(3)
         events = Events()
-        assert watch.start_watch(ARN, A, stopped.address, recs[0][0], None, iter(events), events.close)
+        assert watch.start_watch(ARN, A, stopped.address, recs[0][0], 0, None, iter(events), events.close)
         events.put_records(recs[1:])
         assert events.closed.wait(5), "the subscription was kept for a driver that refused its report"
         wait_for(lambda: not watch.watched(), timeout=5, what="the watch to end")
@@ -148,7 +148,7 @@ def test_a_driver_that_does_not_take_the_reports_ends_the_watch():
 def test_the_shards_end_ends_the_watch(driver):
     recs = log_of(3)
     events = Events()
-    assert watch.start_watch(ARN, A, driver.address, recs[0][0], None, iter(events), events.close)
+    assert watch.start_watch(ARN, A, driver.address, recs[0][0], 0, None, iter(events), events.close)
     events.put({"SubscribeToShardEvent": {"Records": [], "MillisBehindLatest": 0, "ChildShards": []}})
     assert events.closed.wait(5)
     wait_for(lambda: reports(driver, WATCH_ENDED), timeout=5, what="the end reported")
