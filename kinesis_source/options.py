@@ -230,9 +230,9 @@ class SourceOptions(ConnectionOptions):
         "With `consumerMode=efo` (and `tipReports`): a read's subscription goes on after its "
         "range and reports each new record's sequence number to the driver, so the driver "
         "learns the shards' tips without `GetRecords` (whose 5 calls/s per shard every polling "
-        "application of the stream shares). Records that arrive between two batches are then "
-        "received twice (EFO data retrieval is billed per GB). false: the driver probes with "
-        "`GetRecords`. See docs/operations.md.",
+        "application of the stream shares). The records that arrive between two batches, about "
+        "all of them, are then received twice: EFO data retrieval (billed per GB) about doubles. "
+        "false: the driver probes with `GetRecords`. See docs/operations.md.",
         parse_bool,
     )
     deregister_consumer: bool = option(
