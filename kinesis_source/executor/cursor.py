@@ -39,7 +39,8 @@ def check_opening(records: list[dict], start: Position) -> tuple[list[dict], str
     return records, None
 
 
-def _data_bytes(records: list[dict]) -> int:
+def data_bytes(records: list[dict]) -> int:
+    """The data bytes of Kinesis records (what reads and tip reports count)."""
     return sum(len(rec["Data"]) for rec in records)
 
 
@@ -111,9 +112,9 @@ class RangeCursor:
         self.read += len(out)
         if done:
             self.past = len(records) - len(out)
-        received = _data_bytes(raw)
+        received = data_bytes(raw)
         self.read_bytes += received
-        self.extra_bytes += received - _data_bytes(out)
+        self.extra_bytes += received - data_bytes(out)
         return out, done
 
     def _advance(self, seq: str) -> None:

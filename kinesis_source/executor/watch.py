@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from kinesis_source.executor.cursor import data_bytes
 from kinesis_source.executor.report import send_reports
 from kinesis_source.positions import ShardId
 from kinesis_source.tip_reports import (
@@ -158,7 +159,7 @@ def _follow(watch: _Watch, events: Iterator[dict]) -> None:
                 watch.behind_ms = int(event.get("MillisBehindLatest") or 0)
                 if records:
                     watch.seq = records[-1]["SequenceNumber"]
-                    watch.bytes += sum(len(r.get("Data") or b"") for r in records)
+                    watch.bytes += data_bytes(records)
                     watch.fresh = True
             # The shard's end: the driver's probe finds it, once.
             if event.get("ChildShards") or event.get("ContinuationSequenceNumber") is None:
