@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from kinesis_source.executor.cursor import data_bytes
-from kinesis_source.executor.report import send_reports
+from kinesis_source.executor.report import Delivery, send_reports
 from kinesis_source.positions import ShardId
 from kinesis_source.tip_reports import (
     WATCH_ENDED,
@@ -185,7 +185,7 @@ def flush(now: float | None = None) -> None:
     """Send what the watches saw: new records, a heartbeat every ``WATCH_HEARTBEAT_S`` of a
     watch whose last event is more recent than ``WATCH_SILENT_S`` (a silent subscription does
     not keep the driver's probes away), a watch's end; one message per driver. A driver that
-    does not take the message (stopped, unreachable) ends its watches."""
+    refuses the message (stopped, unreachable) ends its watches; one that answers late does not."""
     now = time.monotonic() if now is None else now
     out: dict[ReportAddress, list[tuple[_Watch, TipReport]]] = {}
     with _lock:
@@ -197,6 +197,7 @@ def flush(now: float | None = None) -> None:
             if watch.ended:
                 del _watches[key]
     for address, sent in out.items():
-        if not send_reports(address, [tip for _, tip in sent]):
+        # A late answer is a busy driver: the watches go on (a lost report costs a probe).
+        if send_reports(address, [tip for _, tip in sent]) is Delivery.REFUSED:
             for watch, _ in sent:
                 _end(watch)

@@ -13,6 +13,7 @@ import pytest
 from kinesis_source.driver.planner import plan_ranges
 from kinesis_source.driver.reports import TipListener
 from kinesis_source.executor import report as sender
+from kinesis_source.executor.report import Delivery
 from kinesis_source.positions import Position, ShardId
 from kinesis_source.read_rate import RateState
 from kinesis_source.tip_reports import WATCH_ENDED, WATCH_LIVE, ReportAddress, TipReport, decode, encode
@@ -21,6 +22,11 @@ from tests.unit.fake_kinesis import FakeShard, log_of
 from tests.unit.test_tips import TimedFake, planner_on, trim_horizon
 
 A = ShardId("s", "a")
+
+
+def applied(address: ReportAddress, tips: list[TipReport]) -> bool:
+    """Send ``tips``; True when the driver answered that it applied them."""
+    return sender.send_reports(address, tips) is Delivery.APPLIED
 
 
 def test_a_report_round_trips_and_bad_ones_are_refused_naming_the_field():
@@ -67,10 +73,10 @@ def test_reports_reach_the_listener_only_with_the_runs_token():
     listener, loop, address = _listening(got.extend)
     try:
         tip = TipReport(A, "77", 0, None)
-        assert sender.send_reports(address, [tip])
+        assert applied(address, [tip])
         assert got == [tip]
         forged = ReportAddress(address.host, address.port, "not-the-token")
-        assert not sender.send_reports(forged, [TipReport(A, "99", 0, None)])
+        assert sender.send_reports(forged, [TipReport(A, "99", 0, None)]) is Delivery.REFUSED
         assert got == [tip] and listener.refused == 1
         import socket
 
@@ -95,9 +101,46 @@ def test_an_unreachable_driver_costs_one_attempt_per_pause(monkeypatch):
     monkeypatch.setattr(sender.socket, "create_connection", lambda *a, **k: tries.append(1) or real(*a, **k))
     monkeypatch.setattr(sender, "_unreachable_until", {})
     tip = TipReport(A, "1", 0, None)
-    assert not sender.send_reports(address, [tip])
-    assert not sender.send_reports(address, [tip])
+    assert sender.send_reports(address, [tip]) is Delivery.REFUSED
+    assert sender.send_reports(address, [tip]) is Delivery.REFUSED
     assert len(tries) == 1
+
+
+def test_a_driver_that_answers_late_is_paused_only_after_late_answers_in_a_row(monkeypatch):
+    import socket
+    import threading
+
+    monkeypatch.setattr(sender, "SEND_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(sender, "_unreachable_until", {})
+    monkeypatch.setattr(sender, "_late_in_a_row", {})
+    answers = ["late", "late", "ok", "late", "late", "late"]
+    served = []
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+
+    def serve():
+        for answer in answers:
+            conn, _ = server.accept()
+            with conn:
+                conn.makefile("rb").readline()
+                served.append(answer)
+                if answer == "ok":
+                    conn.sendall(b"ok\n")
+                else:
+                    conn.recv(16)  # a busy driver: returns when the sender gives up
+
+    threading.Thread(target=serve, daemon=True).start()
+    address = ReportAddress("127.0.0.1", server.getsockname()[1], "t")
+    tip = TipReport(A, "1", 0, None)
+    try:
+        got = [sender.send_reports(address, [tip]) for _ in answers]
+        assert got == [Delivery.LATE, Delivery.LATE, Delivery.APPLIED, Delivery.LATE, Delivery.LATE, Delivery.LATE]
+        # The third late answer in a row paused the driver: the next message is not sent.
+        assert sender.send_reports(address, [tip]) is Delivery.REFUSED
+        assert served == answers
+    finally:
+        server.close()
 
 
 def reporting_planner(fake, **options):
@@ -124,7 +167,7 @@ def test_the_driver_does_not_probe_a_shard_being_read_and_answers_from_its_repor
         assert len(fake.reads) == reads, "the driver probed a shard an executor was reading"
         # The executor saw up to record 29 past its end, with the iterator after it.
         iterator = "a|30|0"
-        assert sender.send_reports(address, [TipReport(A, recs[29][0], 0, iterator)])
+        assert applied(address, [TipReport(A, recs[29][0], 0, iterator)])
         assert planner.latest_offset(end).shards[A] == Position.after(recs[29][0])
         assert planner.stats()["tipReports"] == 1
         # The next probe goes on from the reported iterator: no GetShardIterator.
@@ -149,8 +192,8 @@ def test_a_report_never_moves_a_tip_back_nor_before_the_tracked_start():
         _, address = planner.hand_over([])
         assert address is not None
         # from a replayed batch: an older record, and one before the tracked start
-        assert sender.send_reports(address, [TipReport(A, recs[10][0], 0, None)])
-        assert sender.send_reports(address, [TipReport(A, recs[2][0], 0, None)])
+        assert applied(address, [TipReport(A, recs[10][0], 0, None)])
+        assert applied(address, [TipReport(A, recs[2][0], 0, None)])
         assert planner.latest_offset(start) == end
     finally:
         planner.close()
@@ -203,7 +246,7 @@ def test_the_reported_call_times_replace_the_reads_booking_in_the_ledger():
         assert sum(len(times) for times in tip.calls.values()) == reader.calls  # every call reported
         time.sleep(0.5)  # the task started half a second after its booking: it calls now
         tip = TipReport(tip.shard, tip.seq, tip.behind_ms, tip.iterator, {"GetRecords": [time.time()]})
-        assert sender.send_reports(address, [tip])
+        assert applied(address, [tip])
         # one call a second: the next fits a second after the actual call, not after the booking
         assert planner.budget.free_at(A, GET_RECORDS) >= time.monotonic() + 0.9
     finally:
@@ -228,7 +271,7 @@ def test_ranges_get_their_size_when_reports_and_probes_saw_every_record():
         _, address = planner.hand_over(plan_ranges(start, end))
         fake.shards["a"].records.extend(recs[10:16])
         # the executor read to record 9 and saw 6 more past it
-        assert sender.send_reports(address, [TipReport(A, recs[15][0], 0, "a|16|0", {}, recs[9][0], 6, 1, 1)])
+        assert applied(address, [TipReport(A, recs[15][0], 0, "a|16|0", {}, recs[9][0], 6, 1, 1)])
         tips = planner._tips
         nxt = planner.latest_offset(end)
         assert nxt.shards[A] == Position.after(recs[15][0])
@@ -242,7 +285,7 @@ def test_ranges_get_their_size_when_reports_and_probes_saw_every_record():
         # a busy shard (its reads' ranges hold many bytes a second): executors get the size
         busy = int(EXACT_READ_BYTES_PER_S * 10)  # bytes per report, a report well within 10 s
         for _ in range(2):
-            assert sender.send_reports(address, [TipReport(A, recs[18][0], 0, None, {}, recs[18][0], 0, busy, 0)])
+            assert applied(address, [TipReport(A, recs[18][0], 0, None, {}, recs[18][0], 0, busy, 0)])
         assert planner.hand_over(plan_ranges(end, planner.latest_offset(end)))[0][A][2] == 9
         # a backlog the probe does not read (it looks near the tip): no size
         fake.shards["a"].records.extend(recs[19:150])
@@ -273,7 +316,7 @@ def test_fan_out_holds_a_shard_until_kinesis_allows_its_next_subscription():
     with fan_out_read(recs) as (fake, planner, end, address):
         fake.shards["a"].records.extend(recs[10:20])
         subscribed = time.time() - 4.5  # the read subscribed 4.5 s ago
-        assert sender.send_reports(address, [TipReport(A, recs[9][0], 0, None, subscribed_at=subscribed)])
+        assert applied(address, [TipReport(A, recs[9][0], 0, None, subscribed_at=subscribed)])
         assert planner.latest_offset(end).shards[A] == end.shards[A], "planned within Kinesis' 5 s"
         moved = wait_for(lambda: (o := planner.latest_offset(end)).shards[A] != end.shards[A] and o,
                          timeout=10, what="the shard's next range")
@@ -291,21 +334,21 @@ def test_a_watched_shard_is_not_probed_and_its_tips_come_from_the_watch():
         subscribed = time.time() - 6.0  # past Kinesis' 5 s: the shard is not held
         read = TipReport(A, recs[9][0], 0, None, subscribed_at=subscribed)
         watched = dataclasses.replace(read, watch=WATCH_LIVE)
-        assert sender.send_reports(address, [read, watched])
+        assert applied(address, [read, watched])
         reads = len(fake.reads)
         fake.shards["a"].records.extend(recs[10:20])
         time.sleep(0.5)  # an observation window: 12 probe intervals
         assert len(fake.reads) == reads, "the driver probed a watched shard"
         assert planner.latest_offset(end) == end  # nothing reported yet: nothing planned
-        assert sender.send_reports(address, [dataclasses.replace(watched, seq=recs[14][0])])
+        assert applied(address, [dataclasses.replace(watched, seq=recs[14][0])])
         assert planner.latest_offset(end).shards[A] == Position.after(recs[14][0])
         # An older watch ends: the newer one still holds the shard.
-        assert sender.send_reports(address, [dataclasses.replace(watched, subscribed_at=subscribed - 10,
+        assert applied(address, [dataclasses.replace(watched, subscribed_at=subscribed - 10,
                                                                  watch=WATCH_ENDED)])
         time.sleep(0.5)
         assert len(fake.reads) == reads, "an older watch's end let the probes in"
         # The watch's own end: the driver probes again, and finds the rest.
-        assert sender.send_reports(address, [dataclasses.replace(watched, seq=recs[14][0], watch=WATCH_ENDED)])
+        assert applied(address, [dataclasses.replace(watched, seq=recs[14][0], watch=WATCH_ENDED)])
         wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[19][0]),
                  timeout=10, what="the probe after the watch's end")
 
@@ -317,7 +360,7 @@ def test_a_watch_whose_reports_stop_loses_the_shard_to_the_probes_after_its_leas
     recs = log_of(20)
     with fan_out_read(recs) as (fake, planner, end, address):
         tip = TipReport(A, recs[9][0], 0, None, subscribed_at=time.time() - 6.0)
-        assert sender.send_reports(address, [tip, dataclasses.replace(tip, watch=WATCH_LIVE)])
+        assert applied(address, [tip, dataclasses.replace(tip, watch=WATCH_LIVE)])
         fake.shards["a"].records.extend(recs[10:20])
         wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[19][0]),
                  timeout=10, what="the probe after the lease")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from kinesis_source.executor import watch
+from kinesis_source.executor import report, watch
 from kinesis_source.executor.fanout import SubscribeRangeReader
 from kinesis_source.positions import Position, ShardId, ShardRange
 from kinesis_source.tip_reports import WATCH_ENDED, WATCH_LIVE, ReportAddress, TipReport, decode
@@ -27,6 +27,7 @@ class Driver:
 
     def __init__(self, accept: bool = True) -> None:
         self.accept = accept
+        self.late = 0  # messages to take but not answer (a busy driver): the sender times out
         self.tips: list[TipReport] = []
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
@@ -44,6 +45,10 @@ class Driver:
                 line = conn.makefile("rb").readline()
                 _, tips = decode(line)
                 self.tips.extend(tips)
+                if self.late:
+                    self.late -= 1
+                    conn.recv(16)  # returns when the sender gives up and closes
+                    continue
                 conn.sendall(b"ok\n" if self.accept else b"no\n")
 
     def close(self) -> None:
@@ -143,6 +148,22 @@ def test_a_driver_that_does_not_take_the_reports_ends_the_watch():
         wait_for(lambda: not watch.watched(), timeout=5, what="the watch to end")
     finally:
         stopped.close()
+
+
+def test_a_driver_that_answers_late_keeps_the_watch(driver, monkeypatch):
+    monkeypatch.setattr(report, "SEND_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(report, "_unreachable_until", {})
+    monkeypatch.setattr(report, "_late_in_a_row", {})
+    recs = log_of(5)
+    events = Events()
+    driver.late = 1
+    assert watch.start_watch(ARN, A, driver.address, recs[0][0], 0, None, iter(events), events.close)
+    events.put_records(recs[1:3])
+    wait_for(lambda: driver.tips and driver.late == 0, timeout=5, what="the report answered late")
+    events.put_records(recs[3:])
+    wait_for(lambda: any(t.seq == recs[4][0] for t in driver.tips), timeout=5,
+             what="the next report, after the late answer")
+    assert watch.watched() == [A] and not events.closed.is_set()
 
 
 def test_the_shards_end_ends_the_watch(driver):
