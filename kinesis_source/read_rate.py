@@ -15,10 +15,12 @@ others took at least ``b`` since the model was last known right, so their estima
 by that much per second (and a quarter more; the first refusal, which refutes a bucket only
 assumed full, sets it to an equal share, half the shard); the model keeps that
 rate free, plus a second of it, so that their next call finds the bucket non-empty; and a
-refused call is retried when the model, set to empty, has refilled. The estimate fades
-(half-life ``OTHERS_HALF_LIFE_S``), so bandwidth that others stop using comes back, at the cost
-of a throttle now and then while they do not; such a refusal puts it back no lower than the last
-refusal set it, since the fading was what was wrong.
+refused call is retried when the model, set to empty, has refilled. The estimate is held for
+``OTHERS_HOLD_S`` after the refusal that set it, then fades (half-life ``OTHERS_HALF_LIFE_S``), so
+bandwidth that others stop using comes back, at the cost of a throttle now and then while they
+do not (about every two minutes beside a steady neighbour; fading at once, every 48 s); such a
+refusal puts it back no lower than the last refusal set it, since the fading was what was
+wrong.
 
 An optional cap (``maxReadRatePerShard``) is a second bucket, of this source's reads alone:
 two seconds deep, refilled at the cap.
@@ -45,6 +47,7 @@ MARGIN_BYTES = 64 * 1024
 # non-empty even when it comes just after ours.
 RESERVE_S = 1.0
 OTHERS_HALF_LIFE_S = 300.0
+OTHERS_HOLD_S = 60.0
 # The first refusal sets others' estimate to at least this share of the shard: it refutes a
 # model nobody verified yet (a bucket assumed full), which says nothing about a rate, only that
 # someone else reads: until more refusals say otherwise, an equal share is assumed. (Learning
@@ -59,6 +62,17 @@ LEARN_OVERSHOOT = 1.25
 MIN_SHARE = 0.1
 # A refusal's unexplained bytes are spread over at least this span when learning others' rate.
 MIN_LEARN_SPAN_S = 1.0
+# A page taken from a full bucket leaves room for the refill until the next call's large page
+# has been built (the reader says when its next call comes; this is the build's allowance, a
+# 10 MB page's on moto, the next page being smaller): the
+# server charges a response when it has built it, and while it builds a large one (0.74 s for
+# 10 MB on moto) a full bucket's refill is lost. A small lead page is built at once and takes the
+# bucket that far below full, so the large page after it is built while the bucket refills
+# (measured: a backlog's read took the first page's build time longer than the physical limit).
+LEAD_S = 0.5
+# "Full", for the lead page: within this share of a second's refill of the bucket's depth (a
+# probe's small page may just have been taken).
+FULL_SHARE = 0.25
 # The cap's bucket: this many seconds of the cap. More than a call interval, so that it never
 # fills up (and wastes its refill) while a read waits for its next call.
 CAP_BURST_S = 2.0
@@ -136,7 +150,10 @@ class ShardBytes:
         return math.inf if self.cap is None else self.cap * CAP_BURST_S
 
     def _others_at(self, now: float) -> float:
-        return self._others * 0.5 ** (max(0.0, now - self._at) / OTHERS_HALF_LIFE_S)
+        """Others' estimate at ``now``: held for ``OTHERS_HOLD_S`` after the refusal that set it,
+        fading after."""
+        start = self._at if self._learned_at is None else max(self._at, self._learned_at + OTHERS_HOLD_S)
+        return self._others * 0.5 ** (max(0.0, now - start) / OTHERS_HALF_LIFE_S)
 
     def _refill(self, now: float) -> None:
         if now <= self._at:
@@ -217,14 +234,31 @@ class ShardBytes:
         per_call = max(MARGIN_BYTES, min(self._net_rate(), self.cap or math.inf) * interval_s)
         return min(records * self.record_size(), max(per_call, self.record_size()))
 
-    def limit(self, records: int, now: float) -> int:
+    def limit(self, records: int, now: float, next_call_s: float = 0.0) -> int:
         """``Limit`` for a call that wants ``records``: as many as the available bytes hold, at
-        least one."""
+        least one; from a full bucket, a lead page that leaves room for the refill until the
+        next call (``next_call_s`` from now) and its large page's build (``LEAD_S`` says why)."""
         available = self.available(now)
         if self.record_bytes is None and self.cap is None and self._level >= SHARD_BURST_BYTES and not self._others:
             return records  # no response is larger than a full bucket that only we read
+        if self._level >= SHARD_BURST_BYTES - self._net_rate() * FULL_SHARE:
+            available = min(available, self._net_rate() * (next_call_s + LEAD_S))
         fit = int(available // self.record_size())
         return max(1, min(records, fit))
+
+    def end_wait(self, left_bytes: float, wait_s: float, spacing_s: float, now: float) -> float:
+        """The wait before a call of a read with ``left_bytes`` still to read, which would call
+        in ``wait_s`` and then at most every ``spacing_s``: when the rest is there before the
+        next call could come, wait for all of it and read it in one call; when it is there
+        before the call after, call so that the next call comes when it is. Otherwise the read's
+        last call would wait for the call spacing after its bytes were there (half a spacing on
+        average)."""
+        if left_bytes > self._most():
+            return wait_s
+        ready = self.wait_s(left_bytes, now)
+        if ready <= wait_s or ready > wait_s + 2 * spacing_s:
+            return wait_s
+        return ready if ready <= wait_s + spacing_s else ready - spacing_s
 
     def state(self, now: float) -> RateState:
         """Where the model stands now, to hand on."""

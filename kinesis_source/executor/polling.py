@@ -141,11 +141,13 @@ class RangeReader(RangeReaderBase):
     def _throttled(self) -> int:
         return self.bytes.throttles
 
-    def _spacing(self) -> float:
-        """Least time before the next ``GetRecords``: the read's share of the shard's call budget
-        up to its second call (a driver probe may have come just before the first), then the
-        whole budget where the driver holds its probes of the shard while it is read."""
-        if self._held_interval is not None and len(self.call_times["GetRecords"]) >= 2:
+    def _spacing(self, calls: int | None = None) -> float:
+        """Least time before the next ``GetRecords`` after ``calls`` of them (default: those
+        made): the read's share of the shard's call budget up to its second call (a driver probe
+        may have come just before the first), then the whole budget where the driver holds its
+        probes of the shard while it is read."""
+        calls = len(self.call_times["GetRecords"]) if calls is None else calls
+        if self._held_interval is not None and calls >= 2:
             return self._held_interval
         return self._interval
 
@@ -171,10 +173,13 @@ class RangeReader(RangeReaderBase):
             spacing = interval * (1 + PAGE_JITTER * random.random())
             wait = self._last_call + spacing - time.monotonic()
         wait = max(wait, model.wait_s(model.want_bytes(records, interval), time.time()))
+        next_spacing = self._spacing(calls=len(self.call_times["GetRecords"]) + 1)
+        if records < self._limit and model.record_bytes is not None:  # the rest fits one call
+            wait = model.end_wait(records * model.record_bytes, wait, next_spacing, time.time())
         if wait > 0:
             time.sleep(wait)  # pacing to the shard's budgets, not waiting on a condition
         self._last_call = time.monotonic()
-        return model.limit(records, time.time())
+        return model.limit(records, time.time(), next_spacing * (1 + PAGE_JITTER))
 
     def _paced_page(self, iterator: str) -> Page:
         """One ``GetRecords`` on ``iterator`` within the shard's budgets; a throttled call is

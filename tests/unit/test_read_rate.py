@@ -4,14 +4,19 @@ it is empty)."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from kinesis_source.read_rate import (
     CAP_BURST_S,
+    LEAD_S,
     LEARN_OVERSHOOT,
     LEARN_STEP_SHARE,
     MARGIN_BYTES,
     MIB,
+    OTHERS_HALF_LIFE_S,
+    OTHERS_HOLD_S,
     SHARD_BURST_BYTES,
     SHARD_BYTES_PER_S,
     RateState,
@@ -33,26 +38,46 @@ class KinesisBucket:
         return self.tokens
 
 
-def catch_up(backlog_records: int, cap: float | None = None, interval: float = 1.0):
-    """A reader with the model reading a backlog: (seconds from first to last call with data,
-    bytes read after the first call, refused calls, calls)."""
-    server, model, now = KinesisBucket(), ShardBytes(cap, None, 0.0), 0.0
-    left, refused, calls, times, after_first = backlog_records, 0, 0, [], 0
+def catch_up(backlog_records: int, cap: float | None = None, interval: float = 1.0, build_s_per_mib: float = 0.0,
+             record_bytes: float | None = None, first_interval: float | None = None):
+    """A reader with the model reading a backlog, paced as ``RangeReader._pace`` paces (without
+    its jitter): (seconds from the first call to the last page with data, bytes read after the
+    first call, refused calls, calls). Calls are ``first_interval`` apart up to the second, then
+    ``interval``. The server builds a page in ``build_s_per_mib`` per MiB and charges it when
+    built (as the quota proxy does)."""
+    first_interval = interval if first_interval is None else first_interval
+    server, now, page = KinesisBucket(), 0.0, 10000
+    model = ShardBytes(cap, RateState(SHARD_BURST_BYTES, 0.0, record_bytes=record_bytes), 0.0)
+    left, refused, calls, first, last, after_first = backlog_records, 0, 0, None, 0.0, 0
+
+    def spacing(made: int) -> float:
+        return interval if made >= 2 else first_interval
+
     while left:
+        done = now
         if server.level(now) <= 0:
             refused += 1
             model.refused(now)
         else:
-            n = min(left, model.limit(min(left, 10000), now))
+            n = min(left, model.limit(min(left, page), now, spacing(calls + 1)))
+            done = now + n * RECORD / MIB * build_s_per_mib
+            server.level(done)
             server.tokens -= n * RECORD
-            model.spend(n * RECORD, n, now)
+            model.spend(n * RECORD, n, done)
             left -= n
             calls += 1
-            if times:
+            if first is None:
+                first = now
+            else:
                 after_first += n * RECORD
-            times.append(now)
-        now += max(interval, model.wait_s(model.want_bytes(min(left, 10000) or 1, interval), now))
-    return times[-1] - times[0], after_first, refused, calls
+            last = done
+        want = min(left, page) or 1
+        wait = max(now + spacing(calls) - done, model.wait_s(model.want_bytes(want, spacing(calls)), done))
+        if left < page and model.record_bytes is not None:
+            wait = model.end_wait(left * model.record_bytes, wait, spacing(calls + 1), done)
+        now = done + wait
+    assert first is not None
+    return last - first, after_first, refused, calls
 
 
 def test_a_backlog_is_read_at_the_shards_physical_limit_without_a_throttle():
@@ -61,6 +86,42 @@ def test_a_backlog_is_read_at_the_shards_physical_limit_without_a_throttle():
     physical = (records * RECORD - SHARD_BURST_BYTES) / SHARD_BYTES_PER_S
     assert refused == 0
     assert window <= physical * 1.05  # the model's own arithmetic: one interval of slack at most
+
+
+def test_a_large_page_from_a_full_bucket_is_led_by_a_small_one_so_no_refill_is_lost():
+    full = ShardBytes(None, RateState(SHARD_BURST_BYTES, 0.0, record_bytes=RECORD), 0.0)
+    lead = (1.0 + LEAD_S) * SHARD_BYTES_PER_S  # the refill until the next call, a second away, and its build
+    first = full.limit(10000, 0.0, next_call_s=1.0)
+    assert first == int(lead // RECORD)
+    full.spend(first * RECORD, first, 0.0)
+    assert full.limit(10000, 1.0, next_call_s=0.5) > first  # the next page takes what is there
+    records = 26_000  # ~25.6 MiB, the benchmark's backlog
+    build = 0.074  # s per MiB: moto's 10 MB page took 0.74 s at the quota proxy
+    paced = {"interval": 0.5, "first_interval": 1.0, "record_bytes": RECORD}
+    window, _, refused, calls = catch_up(records, build_s_per_mib=build, **paced)
+    instant, _, _, instant_calls = catch_up(records, **paced)
+    assert refused == 0 and calls == instant_calls
+    # Built pages cost the lead's build, while the bucket sits full, and the last page's build
+    # (a call interval's refill); the large page is built while the bucket refills. (Without
+    # the lead: 0.80 s more here.)
+    assert window - instant <= (lead + SHARD_BYTES_PER_S * 0.5) / MIB * build + 0.01
+
+
+def test_the_last_call_comes_when_the_rest_of_the_range_is_there():
+    records = 26_000
+    physical = (records * RECORD - SHARD_BURST_BYTES) / SHARD_BYTES_PER_S
+    window, _, refused, _ = catch_up(records, interval=0.5, first_interval=1.0, record_bytes=RECORD)
+    # Without it the last call waits for the call spacing after its bytes are there: 0.15 s here.
+    assert refused == 0 and window <= physical + MARGIN_BYTES / SHARD_BYTES_PER_S + 0.01
+    model = ShardBytes(None, RateState(0.0, 0.0, record_bytes=RECORD), 0.0)
+    there_in = model.wait_s(MIB, 0.0)  # the rest, 1 MiB, is there in about half a second
+    # before the next call could come: the call waits for all of it and reads it at once
+    assert model.end_wait(MIB, 0.1, 0.5, 0.0) == there_in
+    # before the call after: this call comes so that the next one comes when it is there
+    assert model.end_wait(MIB, 0.1, 0.25, 0.0) == pytest.approx(there_in - 0.25)
+    # later than that, or already there when the call comes: the wait stays
+    assert model.end_wait(MIB, 0.1, 0.1, 0.0) == 0.1
+    assert model.end_wait(MIB, 0.6, 0.5, 0.0) == 0.6
 
 
 def test_a_cap_holds_the_rate_to_it():
@@ -121,6 +182,49 @@ def test_others_fade_so_bandwidth_they_stop_using_comes_back():
     assert model.state(6000.0).others < MIB / 1000
 
 
+def beside_a_neighbour(seconds: float, seed: int, record: int = 10_002):
+    """The source's model reading a backlog (0.5 s apart plus up to a quarter more at random, as
+    ``RangeReader`` paces) beside another application that takes 1 MiB once a second: (times the
+    source was refused, times the neighbour was, the source's bytes/s after its first 10 s)."""
+    rng = random.Random(seed)
+    server = KinesisBucket()
+    model = ShardBytes(None, RateState(SHARD_BURST_BYTES, 0.0, record_bytes=record), 0.0)
+    theirs, ours = 0.3, 3.0  # the neighbour reads alone for a while first
+    refused: tuple[list[float], list[float]] = ([], [])
+    read = 0
+    while min(theirs, ours) < seconds:
+        if theirs <= ours:
+            if server.level(theirs) <= 0:
+                refused[1].append(theirs)
+            else:
+                server.tokens -= (MIB // record) * record
+            theirs += 1.0
+            continue
+        now = ours
+        if server.level(now) <= 0:
+            refused[0].append(now)
+            model.refused(now)
+        else:
+            n = model.limit(10000, now, 0.625)
+            server.tokens -= n * record
+            model.spend(n * record, n, now)
+            read += n * record if now > 13.0 else 0
+        ours = now + max(0.5 * (1 + 0.25 * rng.random()), model.wait_s(model.want_bytes(10000, 0.5), now))
+    return refused[0], refused[1], read / (seconds - 13.0)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_beside_a_steady_neighbour_the_source_is_refused_at_most_once_a_minute(seed):
+    ours, theirs, rate = beside_a_neighbour(600.0, seed)
+    # First contact teaches the model that someone else reads; the estimate is then held for
+    # OTHERS_HOLD_S before it fades, so the next refusal (the fading found out) is over a minute
+    # later. (Fading at once: every 48 s.)
+    assert ours and ours[0] < 15.0
+    assert all(b - a >= 60.0 for a, b in zip(ours, ours[1:], strict=False)), ours
+    assert all(t < ours[0] + 1.0 for t in theirs), theirs  # the neighbour: only before we knew
+    assert 0.95 * MIB <= rate <= 1.05 * MIB  # and the source takes the rest of the shard
+
+
 def test_others_never_take_the_whole_shard():
     model = ShardBytes(None, RateState(SHARD_BURST_BYTES, 0.0, learned_at=0.0), 0.0)
     for t in range(1, 20):
@@ -160,7 +264,9 @@ def test_a_refusal_after_the_estimate_faded_puts_it_back_where_the_last_one_set_
     model = ShardBytes(None, RateState(SHARD_BURST_BYTES, 0.0, record_bytes=1000.0), 0.0)
     model.refused(1.0)  # first: an equal share
     taught = model.state(1.0).others
-    assert model.state(601.0).others == pytest.approx(taught / 4)  # two half-lives later
-    carried = ShardBytes(None, model.state(601.0), 601.0)  # the state travels with its peak
-    carried.refused(602.0)
-    assert carried.state(602.0).others >= taught
+    assert model.state(1.0 + OTHERS_HOLD_S).others == taught  # held
+    later = 1.0 + OTHERS_HOLD_S + 2 * OTHERS_HALF_LIFE_S
+    assert model.state(later).others == pytest.approx(taught / 4)  # then two half-lives of fading
+    carried = ShardBytes(None, model.state(later), later)  # the state travels with its peak
+    carried.refused(later + 1)
+    assert carried.state(later + 1).others >= taught
