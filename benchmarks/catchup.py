@@ -26,19 +26,21 @@ bucket empty, or its 5 calls of the last second made); and the server's 5xx answ
    the rows read against the records written. 1 shard (``--quick``: only this), 4 and 16 shards
    (16 is CPU-bound on a 2-core machine: moto, the proxy and Spark share it).
 2. **Neighbour**: one shard, and another application (access key ``neighbour``, boto3 without
-   retries) reading it from ``TRIM_HORIZON`` once a second with a ``Limit`` of ~1 MiB of
-   records, counting its refusals; ``NEIGHBOUR_LEAD_S`` later the source's query starts (Spark's
-   default trigger, ``TRIM_HORIZON``) and both run for ``NEIGHBOUR_RUN_S`` (``--quick``: 30 s).
-   Nothing is written during the run (moto answers 500 to a ``GetRecords`` that races a
-   ``PutRecords``, and botocore's retries of those add calls to the shard's 5-a-second window),
-   so the shard holds a backlog that neither reader reaches the end of: ``NEIGHBOUR_BACKLOG_MIB``
-   (both readers together read ~2 MiB/s). Its records are ``NEIGHBOUR_RECORD_BYTES`` long:
-   moto's ``PutRecord`` copies the shard's keys for every record, so writing 200 MiB of 1 KB
-   records takes minutes, of 10 KB records seconds (the quotas count bytes; record size only
-   changes records per call). Figures: the source's bytes/s from ``SKIP_S`` after its first
-   data call to the end (the neighbour's 1 MiB/s leaves it ~1 MiB/s), both readers' refusals by
-   reason, the source's refusals per minute and the server's 5xx answers. Run twice: default
-   options, and ``maxReadRatePerShard=1MiB``.
+   retries) reading it from ``TRIM_HORIZON`` once a second with a ``Limit`` of ~1 MiB of records,
+   counting its refusals; ``NEIGHBOUR_LEAD_S`` later the source's query starts (Spark's default
+   trigger, ``TRIM_HORIZON``) and both run for ``NEIGHBOUR_RUN_S`` (5 minutes: long enough to show
+   the source's refusals after the first contact, which the model holds what it learnt from for a
+   minute and then lets fade; with the cap 90 s; ``--quick``: 30 s). Nothing is written during the
+   run (moto answers 500 to a ``GetRecords`` that races a ``PutRecords``, and botocore's retries of
+   those add calls to the shard's 5-a-second window), so the shard holds a backlog that neither
+   reader reaches the end of: each reads it from the start at about 1 MiB/s, so 1.1 MiB per second
+   of the run and 20 MiB more. Its records are ``NEIGHBOUR_RECORD_BYTES`` long: moto's
+   ``PutRecord`` copies the shard's keys for every record, so writing 200 MiB of 1 KB records takes
+   minutes, of 10 KB records seconds (the quotas count bytes; record size only changes records per
+   call). Figures: the source's bytes/s from ``SKIP_S`` after its first data call to the end (the
+   neighbour's 1 MiB/s leaves it ~1 MiB/s), both readers' refusals by reason, the source's refusals
+   per minute and the server's 5xx answers. Run twice: default options, and
+   ``maxReadRatePerShard=1MiB``.
 3. **Cap**: ``maxReadRatePerShard=0.5MiB``, one shard with a ``CAP_BACKLOG_MIB`` backlog, a
    timed run of ``CAP_RUN_S`` (default trigger): the rate is the bytes of the source's data
    calls after its first / (last data call - first data call).
@@ -84,8 +86,7 @@ SHARD_COUNTS = (1, 4, 16)
 QUICK_SHARD_COUNTS = (1,)
 CATCHUP_TIMEOUT_S = 600.0
 
-NEIGHBOUR_RUN_S, QUICK_NEIGHBOUR_RUN_S = 90.0, 30.0
-NEIGHBOUR_BACKLOG_MIB, QUICK_NEIGHBOUR_BACKLOG_MIB = 200, 70
+NEIGHBOUR_RUN_S, CAPPED_NEIGHBOUR_RUN_S, QUICK_NEIGHBOUR_RUN_S = 300.0, 90.0, 30.0
 NEIGHBOUR_RECORD_BYTES = 10_000
 NEIGHBOUR_BYTES_PER_S = 1 * MIB
 NEIGHBOUR_LEAD_S = 3.0  # the neighbour reads alone this long before the query starts
@@ -546,10 +547,12 @@ def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
         r = catch_up(spark, url, shards, per_shard)
         _print_catch_up(r)
         runs.append(r)
-    run_s = QUICK_NEIGHBOUR_RUN_S if quick else NEIGHBOUR_RUN_S
-    backlog = QUICK_NEIGHBOUR_BACKLOG_MIB if quick else NEIGHBOUR_BACKLOG_MIB
     neighbours = []
-    for setting, extra in (("default", {}), ("maxReadRatePerShard=1MiB", {"maxReadRatePerShard": "1MiB"})):
+    capped_extra = {"maxReadRatePerShard": "1MiB"}
+    for setting, extra, run_s in (("default", {}, NEIGHBOUR_RUN_S),
+                                  ("maxReadRatePerShard=1MiB", capped_extra, CAPPED_NEIGHBOUR_RUN_S)):
+        run_s = QUICK_NEIGHBOUR_RUN_S if quick else run_s
+        backlog = 1.1 * run_s + 20  # MiB: neither reader reaches its end
         r = beside_neighbour(spark, url, run_s, backlog, extra, setting)
         _print_neighbour(r)
         neighbours.append(r)

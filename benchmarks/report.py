@@ -600,19 +600,23 @@ def _catchup(res: dict[str, Any]) -> list[str]:
     nb = c["neighbour"]
     if nb:
         r0 = nb[0]
-        out += ["", f"Beside a neighbour: one shard ({r0['backlog_bytes'] / mib:.0f} MiB backlog of "
+        out += ["", f"Beside a neighbour: one shard (a backlog of "
                 f"{r0['record_bytes']:,}-byte records, nothing written during the run), another application reading "
                 f"it from `TRIM_HORIZON` once a second ({r0['neighbour_limit']:,} records a call, no retries) while "
                 "the query (default trigger) catches up; the source's rate from "
                 f"{c['skip_seconds']:.0f} s after its first data call to the end. Refusals by reason as above; "
                 "server failures: moto's 5xx answers to any call.", "",
-                "| setting | run | source: MiB/s (from its first data call) | source refused | neighbour: "
-                "MiB/s | neighbour refused | server failures |", "|---|---|---|---|---|---|---|"]
+                "| setting | run, backlog | source: MiB/s (from its first data call) | source refused (at, s "
+                "after the start) | neighbour: MiB/s | neighbour refused | server failures |",
+                "|---|---|---|---|---|---|---|"]
         for r in nb:
+            at = ", ".join(f"{t:.0f}" for t in r.get("source_refused_at_s", []))
             out.append(
-                f"| {r['setting']} | {r['run_seconds']:.0f} s | {r['source_bytes_per_s'] / mib:.2f} "
+                f"| {r['setting']} | {r['run_seconds']:.0f} s, {r['backlog_bytes'] / mib:.0f} MiB | "
+                f"{r['source_bytes_per_s'] / mib:.2f} "
                 f"({r['source_bytes_per_s_from_first'] / mib:.2f}) | {r['source_refused']} "
-                f"({r['source_refused_per_minute']:.1f}/min; {_reasons(r['source_refused_by_reason'])}) | "
+                f"({r['source_refused_per_minute']:.1f}/min; {_reasons(r['source_refused_by_reason'])}"
+                f"{'; at ' + at if at else ''}) | "
                 f"{r['neighbour_bytes_per_s'] / mib:.2f} | {r['neighbour_refused']} of {r['neighbour_calls']} "
                 f"({_reasons(r['neighbour_refused_by_reason'])}) | {len(r['server_failures'])} |")
     cap = c["cap"]
