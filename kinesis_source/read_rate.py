@@ -62,17 +62,6 @@ LEARN_OVERSHOOT = 1.25
 MIN_SHARE = 0.1
 # A refusal's unexplained bytes are spread over at least this span when learning others' rate.
 MIN_LEARN_SPAN_S = 1.0
-# A page taken from a full bucket leaves room for the refill until the next call's large page
-# has been built (the reader says when its next call comes; this is the build's allowance, a
-# 10 MB page's on moto, the next page being smaller): the
-# server charges a response when it has built it, and while it builds a large one (0.74 s for
-# 10 MB on moto) a full bucket's refill is lost. A small lead page is built at once and takes the
-# bucket that far below full, so the large page after it is built while the bucket refills
-# (measured: a backlog's read took the first page's build time longer than the physical limit).
-LEAD_S = 0.5
-# "Full", for the lead page: within this share of a second's refill of the bucket's depth (a
-# probe's small page may just have been taken).
-FULL_SHARE = 0.25
 # The cap's bucket: this many seconds of the cap. More than a call interval, so that it never
 # fills up (and wastes its refill) while a read waits for its next call.
 CAP_BURST_S = 2.0
@@ -234,15 +223,12 @@ class ShardBytes:
         per_call = max(MARGIN_BYTES, min(self._net_rate(), self.cap or math.inf) * interval_s)
         return min(records * self.record_size(), max(per_call, self.record_size()))
 
-    def limit(self, records: int, now: float, next_call_s: float = 0.0) -> int:
+    def limit(self, records: int, now: float) -> int:
         """``Limit`` for a call that wants ``records``: as many as the available bytes hold, at
-        least one; from a full bucket, a lead page that leaves room for the refill until the
-        next call (``next_call_s`` from now) and its large page's build (``LEAD_S`` says why)."""
+        least one."""
         available = self.available(now)
         if self.record_bytes is None and self.cap is None and self._level >= SHARD_BURST_BYTES and not self._others:
             return records  # no response is larger than a full bucket that only we read
-        if self._level >= SHARD_BURST_BYTES - self._net_rate() * FULL_SHARE:
-            available = min(available, self._net_rate() * (next_call_s + LEAD_S))
         fit = int(available // self.record_size())
         return max(1, min(records, fit))
 

@@ -179,7 +179,7 @@ class RangeReader(RangeReaderBase):
         if wait > 0:
             time.sleep(wait)  # pacing to the shard's budgets, not waiting on a condition
         self._last_call = time.monotonic()
-        return model.limit(records, time.time(), next_spacing * (1 + PAGE_JITTER))
+        return model.limit(records, time.time())
 
     def _paced_page(self, iterator: str) -> Page:
         """One ``GetRecords`` on ``iterator`` within the shard's budgets; a throttled call is

@@ -10,7 +10,6 @@ import pytest
 
 from kinesis_source.read_rate import (
     CAP_BURST_S,
-    LEAD_S,
     LEARN_OVERSHOOT,
     LEARN_STEP_SHARE,
     MARGIN_BYTES,
@@ -38,46 +37,39 @@ class KinesisBucket:
         return self.tokens
 
 
-def catch_up(backlog_records: int, cap: float | None = None, interval: float = 1.0, build_s_per_mib: float = 0.0,
+def catch_up(backlog_records: int, cap: float | None = None, interval: float = 1.0,
              record_bytes: float | None = None, first_interval: float | None = None):
     """A reader with the model reading a backlog, paced as ``RangeReader._pace`` paces (without
-    its jitter): (seconds from the first call to the last page with data, bytes read after the
-    first call, refused calls, calls). Calls are ``first_interval`` apart up to the second, then
-    ``interval``. The server builds a page in ``build_s_per_mib`` per MiB and charges it when
-    built (as the quota proxy does)."""
+    its jitter): (seconds from the first to the last call with data, bytes read after the first
+    call, refused calls, calls). Calls are ``first_interval`` apart up to the second, then
+    ``interval``."""
     first_interval = interval if first_interval is None else first_interval
     server, now, page = KinesisBucket(), 0.0, 10000
     model = ShardBytes(cap, RateState(SHARD_BURST_BYTES, 0.0, record_bytes=record_bytes), 0.0)
-    left, refused, calls, first, last, after_first = backlog_records, 0, 0, None, 0.0, 0
+    left, refused, calls, times, after_first = backlog_records, 0, 0, [], 0
 
     def spacing(made: int) -> float:
         return interval if made >= 2 else first_interval
 
     while left:
-        done = now
         if server.level(now) <= 0:
             refused += 1
             model.refused(now)
         else:
-            n = min(left, model.limit(min(left, page), now, spacing(calls + 1)))
-            done = now + n * RECORD / MIB * build_s_per_mib
-            server.level(done)
+            n = min(left, model.limit(min(left, page), now))
             server.tokens -= n * RECORD
-            model.spend(n * RECORD, n, done)
+            model.spend(n * RECORD, n, now)
             left -= n
             calls += 1
-            if first is None:
-                first = now
-            else:
+            if times:
                 after_first += n * RECORD
-            last = done
+            times.append(now)
         want = min(left, page) or 1
-        wait = max(now + spacing(calls) - done, model.wait_s(model.want_bytes(want, spacing(calls)), done))
+        wait = max(spacing(calls), model.wait_s(model.want_bytes(want, spacing(calls)), now))
         if left < page and model.record_bytes is not None:
-            wait = model.end_wait(left * model.record_bytes, wait, spacing(calls + 1), done)
-        now = done + wait
-    assert first is not None
-    return last - first, after_first, refused, calls
+            wait = model.end_wait(left * model.record_bytes, wait, spacing(calls + 1), now)
+        now += wait
+    return times[-1] - times[0], after_first, refused, calls
 
 
 def test_a_backlog_is_read_at_the_shards_physical_limit_without_a_throttle():
@@ -86,25 +78,6 @@ def test_a_backlog_is_read_at_the_shards_physical_limit_without_a_throttle():
     physical = (records * RECORD - SHARD_BURST_BYTES) / SHARD_BYTES_PER_S
     assert refused == 0
     assert window <= physical * 1.05  # the model's own arithmetic: one interval of slack at most
-
-
-def test_a_large_page_from_a_full_bucket_is_led_by_a_small_one_so_no_refill_is_lost():
-    full = ShardBytes(None, RateState(SHARD_BURST_BYTES, 0.0, record_bytes=RECORD), 0.0)
-    lead = (1.0 + LEAD_S) * SHARD_BYTES_PER_S  # the refill until the next call, a second away, and its build
-    first = full.limit(10000, 0.0, next_call_s=1.0)
-    assert first == int(lead // RECORD)
-    full.spend(first * RECORD, first, 0.0)
-    assert full.limit(10000, 1.0, next_call_s=0.5) > first  # the next page takes what is there
-    records = 26_000  # ~25.6 MiB, the benchmark's backlog
-    build = 0.074  # s per MiB: moto's 10 MB page took 0.74 s at the quota proxy
-    paced = {"interval": 0.5, "first_interval": 1.0, "record_bytes": RECORD}
-    window, _, refused, calls = catch_up(records, build_s_per_mib=build, **paced)
-    instant, _, _, instant_calls = catch_up(records, **paced)
-    assert refused == 0 and calls == instant_calls
-    # Built pages cost the lead's build, while the bucket sits full, and the last page's build
-    # (a call interval's refill); the large page is built while the bucket refills. (Without
-    # the lead: 0.80 s more here.)
-    assert window - instant <= (lead + SHARD_BYTES_PER_S * 0.5) / MIB * build + 0.01
 
 
 def test_the_last_call_comes_when_the_rest_of_the_range_is_there():
@@ -205,7 +178,7 @@ def beside_a_neighbour(seconds: float, seed: int, record: int = 10_002):
             refused[0].append(now)
             model.refused(now)
         else:
-            n = model.limit(10000, now, 0.625)
+            n = model.limit(10000, now)
             server.tokens -= n * record
             model.spend(n * record, n, now)
             read += n * record if now > 13.0 else 0
