@@ -330,6 +330,10 @@ class AsyncKinesis:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def ready(self, key: Any, ops: tuple[str, ...]) -> None:
+        """Wait until calls of ``ops`` on shard ``key`` may be made at once (nothing to wait
+        for here; see the driver's paced client, whose budgets are per shard)."""
+
     def remember(self, iterator: str | None, key: Any) -> None:
         """Note that ``iterator`` reads shard ``key`` (nothing here; see the driver's paced
         client, whose budgets are per shard)."""

@@ -43,6 +43,9 @@ MAX_LIMIT = 10_000  # GetRecords' largest Limit
 # A probe waits until its shard's byte model holds what it asks for, up to this many seconds of
 # refill (a probe reads a few records near the tip; this only matters on a drained shard).
 PROBE_WANT_S = 1.0
+# A call that ``PacedKinesis.ready`` spent ahead is made at once; if it was not (the probe
+# failed first), the next call after this long paces again.
+BOOKED_TTL_S = 1.0
 
 
 class _Window:
@@ -228,6 +231,7 @@ class PacedKinesis(AsyncKinesis):
         self._attempts = attempts
         self._shard_of: dict[str, Hashable] = {}
         self._recent: dict[Hashable, OrderedDict[str, None]] = defaultdict(OrderedDict)
+        self._booked: dict[tuple[Hashable, str], float] = {}  # calls :meth:`ready` spent ahead
         self.waited_s = 0.0
 
     def remember(self, iterator: str | None, key: Hashable) -> None:
@@ -242,6 +246,12 @@ class PacedKinesis(AsyncKinesis):
 
     async def _pace(self, key: Hashable | None, op: str) -> None:
         if key is None:
+            return
+        booked = self._booked.pop((key, op), None)
+        now = time.monotonic()
+        if booked is not None and now - booked < BOOKED_TTL_S:
+            # :meth:`ready` waited for this call and spent it: now is when it is made
+            self.budget.settle(key, op, [booked], [now])
             return
         keep = self.budget.reserve(op)
         while True:  # several probes of one shard may wait for the same window
@@ -260,12 +270,37 @@ class PacedKinesis(AsyncKinesis):
         self.remember(it, key)
         return it
 
+    def _bytes_wait(self, key: Hashable, limit: int) -> float:
+        """Seconds until the shard's byte model holds what ``limit`` records are worth (up to
+        ``PROBE_WANT_S`` of refill)."""
+        with self.byte_budget.lock:
+            model = self.byte_budget.model(key)
+            return model.wait_s(model.want_bytes(limit, PROBE_WANT_S), time.time())
+
+    async def ready(self, key: Hashable, ops: tuple[str, ...]) -> None:
+        """Wait until one call of each of ``ops`` on shard ``key`` fits its budget (leaving the
+        executor reserve) and a page's bytes are there, and spend those calls now: the calls
+        that follow at once do not wait again. A probe that estimates where a shard's tip is
+        calls this first, so that no wait lies between its estimate and its read (records that
+        arrive during a wait are read too, from the shard's shared bytes)."""
+        while True:
+            now = time.monotonic()
+            with self.budget.lock:
+                at = max(self.budget.free_at(key, op, self.budget.reserve(op), now) for op in ops)
+                wait = max(at - now, self._bytes_wait(key, MAX_LIMIT))
+                if wait <= 0:
+                    for op in ops:
+                        self.budget.spend(key, op, 1, now)
+                        self._booked[(key, op)] = now
+                    return
+            self.waited_s += wait
+            await asyncio.sleep(wait)  # pacing to the budget, not waiting on a condition
+
     async def _pace_bytes(self, key: Hashable, limit: int) -> int:
         """Wait until the shard's byte model holds what ``limit`` records are worth (up to
         ``PROBE_WANT_S`` of refill) and return the ``Limit`` that fits it."""
         model = self.byte_budget.model(key)
-        with self.byte_budget.lock:
-            wait = model.wait_s(model.want_bytes(limit, PROBE_WANT_S), time.time())
+        wait = self._bytes_wait(key, limit)
         if wait > 0:
             self.waited_s += wait
             await asyncio.sleep(wait)  # pacing to the budget, not waiting on a condition
@@ -300,5 +335,7 @@ class PacedKinesis(AsyncKinesis):
         """Drop what is kept for a shard that left the query."""
         for it in self._recent.pop(key, {}):
             self._shard_of.pop(it, None)
+        for op in (GET_RECORDS, GET_SHARD_ITERATOR):
+            self._booked.pop((key, op), None)
         self.budget.forget(key)
         self.byte_budget.forget(key)

@@ -10,7 +10,9 @@ Kinesis has no "latest offset" call. For each shard the probe
    ``MillisBehindLatest`` (both server clocks, so driver clock skew does not matter), opens an
    ``AT_TIMESTAMP`` iterator a small window before it and reads to the tip, widening the window
    x8 while it comes back empty, never reaching back before the start (a backlog is not read
-   on the driver).
+   on the driver). The iterator and its page first wait for the shard's call and byte budgets
+   (``PacedKinesis.ready``); a wait moves the estimate on by its length, so the page does not
+   read what arrived while it waited.
 
 A probe that went on from its iterator remembers it with the first record it found: the
 executor that reads the batch from that start reads on with it (``opener``) instead of asking
@@ -33,6 +35,7 @@ from botocore.exceptions import ClientError
 
 from kinesis_source.aws.clients import error_code
 from kinesis_source.aws.kinesis import INVALID_ARGUMENT, AsyncKinesis, Page, arrival_seconds
+from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR
 from kinesis_source.errors import (
     ShardNotFoundError,
     report_data_loss,
@@ -47,6 +50,12 @@ log = logging.getLogger(__name__)
 # hold the newest records (one producer burst) and little else.
 INITIAL_WINDOW_S = 0.005
 WINDOW_GROWTH = 8
+# Once a probe waited for its budget after finding where the tip was, the tip is estimated to
+# have moved on by the wait; how records arrived meanwhile is not known, so the window is at
+# least the wait, up to this (a producer putting a batch of records every 100 ms leaves gaps
+# that long).
+MOVED_WINDOW_S = 0.2
+MOVED_MIN_S = 0.05  # a shorter wait moves nothing: the window is placed as the first page says
 # Empty pages followed (while behind) before the check gives up until the next probe: real
 # Kinesis can serve empty pages over gaps in a shard.
 MAX_EMPTY_HOPS = 4
@@ -190,19 +199,34 @@ class TailProber:
     async def _beyond(self, stream: str, shard: str, page: Page) -> tuple[str | None, str | None]:
         """The newest record after ``page`` and the iterator after it: from an ``AT_TIMESTAMP``
         iterator a little before its estimated arrival, widening the window while it comes back
-        empty, or reading on from the page once the window reaches it."""
+        empty, or reading on from the page once the window reaches it. When the calls waited
+        for the shard's budget, the estimate moves on by the wait (and back to where ``page``
+        put it when nothing arrived in the moved window)."""
         last_arrival = arrival_seconds(page.records[-1])
         tip_arrival = last_arrival + page.behind_ms / 1000.0
+        seen = time.monotonic()
         window = INITIAL_WINDOW_S
+        shifted = False  # a window moved on by the wait came back empty
         while True:
-            since = tip_arrival - window
-            if since <= last_arrival:  # the window reached the page: read on from it
+            if tip_arrival - window <= last_arrival:  # the window reached the page: read on from it
                 return await self._read_to_tip(page.next_iterator)
+            # The iterator and its page wait for the shard's budget first (a probe's second
+            # GetRecords often waits a second): the tip moved on meanwhile, and an estimate made
+            # before the wait would have the page read all that arrived during it.
+            await self._kinesis.ready(ShardId(stream, shard), (GET_SHARD_ITERATOR, GET_RECORDS))
+            moved = 0.0 if shifted else time.monotonic() - seen
+            if moved > MOVED_MIN_S:
+                since = max(last_arrival, tip_arrival + moved - max(window, min(moved, MOVED_WINDOW_S)))
+            else:
+                since = tip_arrival - window
             iterator = await self._kinesis.iterator(stream, shard, Position.at_timestamp(_utc(since)))
             tip, cont = await self._read_to_tip(iterator)
             if tip is not None:
                 return tip, cont
-            window *= WINDOW_GROWTH
+            if moved > MOVED_MIN_S:
+                shifted = True  # nothing arrived lately: the tip is where the first page said
+            else:
+                window *= WINDOW_GROWTH
 
     def _hand_over(self, key: ShardId, start: Position, iterator: str, first: str | None) -> None:
         kept = self._openers.setdefault(key, OrderedDict())

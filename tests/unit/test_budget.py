@@ -10,6 +10,7 @@ import pytest
 
 from kinesis_source.aws.kinesis import AsyncKinesis
 from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, ByteBudget, CallBudget, PacedKinesis
+from kinesis_source.driver.probe import TailProber
 from kinesis_source.positions import Position, ShardId
 from kinesis_source.read_rate import MIB, SHARD_BURST_BYTES, RateState
 from tests.unit.fake_kinesis import AsyncFake, FakeKinesis, FakeShard, log_of
@@ -129,3 +130,58 @@ def test_the_byte_model_goes_out_with_a_read_and_comes_back_with_its_report():
     ledger.adopt(ShardId("s", "gone"), reported)  # a shard no longer planned: ignored
     ledger.forget(key)
     assert ledger.model(key).state(time.time()).level == SHARD_BURST_BYTES
+
+
+def test_a_probe_that_waits_for_its_budget_reads_only_what_arrived_near_the_tip():
+    """A busy shard's probe makes two GetRecords (its warm page, then a page at the tip) and the
+    driver's share is one a second, so the page at the tip waits. Records arrive 200 a second
+    all the while: the page reads what arrived near the tip after the wait, not the second's
+    worth that arrived during it (the executors read those again). Mutant caught: the tip
+    estimated before the wait (no ``ready``), which read 200-odd records."""
+    shard = FakeShard([])
+    fake = FakeKinesis({"a": shard})
+    budget = CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0})
+    kinesis = PacedKinesis(AsyncFake(fake), budget)
+    prober = TailProber(kinesis, page_limit=10_000)
+
+    def put(n: int) -> None:
+        now = time.time()
+        base = int(shard.records[-1][0]) + 1 if shard.records else 10**9
+        shard.records += [(str(base + i), now) for i in range(n)]
+
+    async def produce(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            put(1)
+            await asyncio.sleep(0.005)  # the producer's pace, not a wait for a condition
+
+    async def run():
+        stop = asyncio.Event()
+        producer = asyncio.create_task(produce(stop))
+        await asyncio.sleep(0.5)  # records to probe
+        first = await prober.probe("s", "a", Position.trim_horizon())
+        await asyncio.sleep(0.5)  # new records after the tip
+        fetched, waited = kinesis.records_fetched, kinesis.waited_s
+        second = await prober.probe("s", "a", Position.after(first.tip))
+        stop.set()
+        await producer
+        return second, kinesis.records_fetched - fetched, kinesis.waited_s - waited
+
+    result, read, waited = asyncio.run(run())
+    assert waited >= 0.5, f"the probe waited {waited:.2f} s: the scenario did not happen"
+    assert result.tip is not None
+    assert read <= 80, f"the probe read {read} records, {waited:.2f} s of them arrived while it waited"
+
+
+def test_a_probe_that_waited_finds_the_tip_of_a_shard_nobody_writes_without_reading_its_backlog():
+    """The other side of moving the estimate on by the wait: on a shard that got nothing since,
+    the moved window is empty, and the probe looks where the first page said the tip was
+    instead of widening the window until it reads the backlog. Mutant caught: no going back to
+    the first estimate (the probe read all 5,000 records)."""
+    shard = FakeShard(log_of(5000, start_time=time.time() - 60))
+    fake = FakeKinesis({"a": shard})
+    kinesis = PacedKinesis(AsyncFake(fake), CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0}))
+    prober = TailProber(kinesis, page_limit=10_000)
+    result = asyncio.run(prober.probe("s", "a", Position.trim_horizon()))
+    assert kinesis.waited_s >= 0.5, f"the probe waited {kinesis.waited_s:.2f} s: the scenario did not happen"
+    assert result.tip == shard.records[-1][0]
+    assert kinesis.records_fetched <= 20, kinesis.records_fetched
