@@ -68,6 +68,10 @@ class TipReport:
     # fan-out: sent by the subscription going on after the range (a tip watch), not by the read:
     # WATCH_LIVE while it goes on, WATCH_ENDED once it stopped
     watch: str | None = None
+    # the arrival of ``seq`` (epoch seconds, the server's clock): with the probes' tips', the
+    # driver estimates how many records a range between two of them holds
+    seq_at: float | None = None
+    in_range: int | None = None  # records the read returned from its range (polling)
 
     def to_json(self) -> dict[str, Any]:
         """The report's JSON object."""
@@ -76,7 +80,7 @@ class TipReport:
                 "readBytes": self.read_bytes, "extraBytes": self.extra_bytes,
                 "rate": self.rate.to_json() if self.rate is not None else None,
                 "throttled": self.throttled, "subscribedAt": self.subscribed_at,
-                "watch": self.watch}
+                "watch": self.watch, "seqAt": self.seq_at, "inRange": self.in_range}
 
     @staticmethod
     def from_json(data: Any) -> TipReport:
@@ -99,16 +103,20 @@ class TipReport:
         ):
             raise ValueError("calls is not a list of call times per operation")
         counts = {key: data.get(key, 0) for key in ("past", "readBytes", "extraBytes", "throttled")}
+        in_range = data.get("inRange")
+        if in_range is not None:
+            counts["inRange"] = in_range
         for key, value in counts.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{key} {value!r} is not a count")
         end = data.get("end")
         if end is not None and not isinstance(end, str):
             raise ValueError(f"end {end!r} is not a sequence number")
-        subscribed = data.get("subscribedAt")
-        if subscribed is not None and (not isinstance(subscribed, (int, float)) or isinstance(subscribed, bool)
-                                       or not 0 <= subscribed < 1e11):
-            raise ValueError(f"subscribedAt {subscribed!r} is not a time")
+        subscribed, seq_at = data.get("subscribedAt"), data.get("seqAt")
+        for key, value in (("subscribedAt", subscribed), ("seqAt", seq_at)):
+            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                                      or not 0 <= value < 1e11):
+                raise ValueError(f"{key} {value!r} is not a time")
         watch = data.get("watch")
         if watch not in (None, WATCH_LIVE, WATCH_ENDED):
             raise ValueError(f"watch {watch!r} is not {WATCH_LIVE!r} or {WATCH_ENDED!r}")
@@ -119,7 +127,7 @@ class TipReport:
                          check_seq(end) if end is not None else None,
                          counts["past"], counts["readBytes"], counts["extraBytes"], rate,
                          counts["throttled"], float(subscribed) if subscribed is not None else None,
-                         watch)
+                         watch, float(seq_at) if seq_at is not None else None, in_range)
 
 
 @dataclass(frozen=True)

@@ -426,7 +426,10 @@ class Planner:
             opener = self._prober_ready().opener(rng.shard, rng.start)
             at, self._bookings[rng.shard] = self.budget.book_read(rng.shard, opener is None, now)
             self._booked += 1
-            records = self._tips.read_size(rng.shard, rng.start, rng.end_seq) if self._tips is not None else None
+            records = None
+            if self._tips is not None:
+                records = self._tips.read_size(rng.shard, rng.start, rng.end_seq)
+                self._tips.handed(rng.shard, rng.start, rng.end_seq)
             rate = self.byte_budget.hand_out(rng.shard, records)
             out[rng.shard] = (opener, wall + (at - now), records, rate)
         return out, address

@@ -92,6 +92,7 @@ class ProbeResult:
     pending: bool = False
     gone: bool = False  # the stream no longer has the shard (reported as failOnDataLoss says)
     counted: int | None = None  # records after the start up to ``tip``, when the probe read them all
+    tip_at: float | None = None  # the tip record's arrival (epoch seconds, the server's clock)
 
 
 class TailProber:
@@ -178,16 +179,17 @@ class TailProber:
         if cap is not None and seq_key(page.records[0]["SequenceNumber"]) > seq_key(cap):
             return ProbeResult(behind_ms=page.behind_ms)
         end, cont = page.records[-1]["SequenceNumber"], page.next_iterator
+        end_at: float | None = arrival_seconds(page.records[-1])
         counted: int | None = len(page.records)  # every record after the start, to the tip
         if not page.caught_up(limit):
             counted = None  # the tip is looked for past records not read
-            tip, after_tip = await self._beyond(stream, shard, page)
+            tip, after_tip, tip_at = await self._beyond(stream, shard, page)
             if tip is not None and seq_key(tip) > seq_key(end):
-                end, cont = tip, after_tip
+                end, cont, end_at = tip, after_tip, tip_at
         if cap is not None and seq_key(end) > seq_key(cap):
             return ProbeResult(tip=cap, behind_ms=page.behind_ms)
         self.keep(stream, shard, Position.after(end), cont)
-        return ProbeResult(tip=end, behind_ms=page.behind_ms, counted=counted)
+        return ProbeResult(tip=end, behind_ms=page.behind_ms, counted=counted, tip_at=end_at)
 
     def _warm_limit(self, key: ShardId) -> int:
         """``Limit`` of a probe reading on from its last tip: ``WARM_READ_LIMIT`` records, or
@@ -196,8 +198,8 @@ class TailProber:
         fit = WARM_READ_LIMIT if not size else max(1, int(WARM_READ_BYTES // size))
         return min(WARM_READ_LIMIT, fit, self._page_limit)
 
-    async def _beyond(self, stream: str, shard: str, page: Page) -> tuple[str | None, str | None]:
-        """The newest record after ``page`` and the iterator after it: from an ``AT_TIMESTAMP``
+    async def _beyond(self, stream: str, shard: str, page: Page) -> tuple[str | None, str | None, float | None]:
+        """The newest record after ``page``, the iterator after it and its arrival: from an ``AT_TIMESTAMP``
         iterator a little before its estimated arrival, widening the window while it comes back
         empty, or reading on from the page once the window reaches it. When the calls waited
         for the shard's budget, the estimate moves on by the wait (and back to where ``page``
@@ -220,9 +222,9 @@ class TailProber:
             else:
                 since = tip_arrival - window
             iterator = await self._kinesis.iterator(stream, shard, Position.at_timestamp(_utc(since)))
-            tip, cont = await self._read_to_tip(iterator)
-            if tip is not None:
-                return tip, cont
+            found = await self._read_to_tip(iterator)
+            if found[0] is not None:
+                return found
             if moved > MOVED_MIN_S:
                 shifted = True  # nothing arrived lately: the tip is where the first page said
             else:
@@ -276,19 +278,20 @@ class TailProber:
     def _lost(self, stream: str, shard: str, start: Position, landed: str | None) -> None:
         report_data_loss(stream, shard, start, landed, self.fail_on_data_loss)
 
-    async def _read_to_tip(self, iterator: str | None) -> tuple[str | None, str | None]:
-        """Read pages until the tip; return the last sequence number and the iterator after it."""
-        last = None
+    async def _read_to_tip(self, iterator: str | None) -> tuple[str | None, str | None, float | None]:
+        """Read pages until the tip; return the last sequence number, the iterator after it and
+        the last record's arrival."""
+        last, last_at = None, None
         for _ in range(MAX_TIP_PAGES):
             if iterator is None:  # the shard ended
                 break
             page = await self._kinesis.page(iterator, self._page_limit)
             if page.records:
-                last = page.records[-1]["SequenceNumber"]
+                last, last_at = page.records[-1]["SequenceNumber"], arrival_seconds(page.records[-1])
             iterator = page.next_iterator
             if page.caught_up(self._page_limit):
                 break
-        return last, iterator
+        return last, iterator, last_at
 
     async def probe_all(
         self,

@@ -27,6 +27,7 @@ import asyncio
 import heapq
 import itertools
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -51,6 +52,13 @@ MAX_ORDINALS = 16  # counted sequence numbers kept per shard (the last few batch
 # executor would read past its end costs more of the shard's 2 MiB/s than the probe that then
 # finds the tip costs of its calls. Below, the read goes past the end and its report is the tip.
 EXACT_READ_BYTES_PER_S = 100_000
+# A range whose size is estimated (from its ends' arrival times) is asked for this much more:
+# what an estimate misses costs the read a call, what it adds costs bytes.
+ESTIMATE_MARGIN = 0.05
+# The record rate comes from counted runs of records whose ends' arrivals are known: spans
+# shorter than this are not used, longer ones count in proportion up to RATE_SPAN_S.
+MIN_RATE_SPAN_S = 0.25
+RATE_SPAN_S = 5.0
 
 
 @dataclass
@@ -72,6 +80,11 @@ class ShardTip:
     # Record counts where reads saw every record: each sequence number's place in one run of
     # records, so that a range between two of them has a known size (see TipTable.count).
     ordinals: dict[str, int] = field(default_factory=dict)
+    # Arrival times (epoch seconds, server clock) of the last few tips probes and reads saw: a
+    # range between two of them holds about their distance times the shard's record rate.
+    arrivals: dict[str, float] = field(default_factory=dict)
+    record_rate: float = 0.0  # records a second by arrival, from counts and arrivals (0: not known)
+    handed: dict[str, str] = field(default_factory=dict)  # a read range's end -> the record before its start
     reported_at: float | None = None  # monotonic: the last executor report
     byte_rate: float = 0.0  # bytes a second in the ranges executors read (their reports)
     watched_until: float = 0.0  # monotonic: a fan-out subscription reports the shard's tips
@@ -232,7 +245,12 @@ class TipTable:
         if tip.watch is None:
             entry.reading_until = 0.0
             self._unreported.discard(key)
+            if tip.seq_at is not None:
+                _arrived(entry, tip.seq, tip.seq_at)
             if tip.end is not None and seq_key(tip.seq) >= seq_key(tip.end):
+                before_start = entry.handed.pop(tip.end, None)
+                if before_start is not None and tip.in_range is not None:
+                    self._counted(entry, before_start, tip.end, tip.in_range)  # the range itself
                 self._counted(entry, tip.end, tip.seq, tip.past)
             if entry.reported_at is not None and now > entry.reported_at:
                 rate = max(0, tip.read_bytes - tip.extra_bytes) / (now - entry.reported_at)
@@ -297,13 +315,34 @@ class TipTable:
         return last - first
 
     def read_size(self, key: ShardId, start: Position, end_seq: str) -> int | None:
-        """The size an executor reads a range with: its :meth:`count`, where the shard's ranges
-        hold ``EXACT_READ_BYTES_PER_S`` or more (else None: reading past the end costs little,
-        and the read's report then is the shard's next tip, with no probe)."""
+        """The size an executor reads a range with, where the shard's ranges hold
+        ``EXACT_READ_BYTES_PER_S`` or more (else None: reading past the end costs little, and
+        the read's report then is the shard's next tip, with no probe): its :meth:`count`, or
+        else, when probes or reads saw both its ends arrive, their distance at the shard's
+        record rate, ``ESTIMATE_MARGIN`` more."""
         entry = self.entries.get(key)
         if entry is None or entry.byte_rate < EXACT_READ_BYTES_PER_S:
             return None
-        return self.count(key, start, end_seq)
+        counted = self.count(key, start, end_seq)
+        if counted is not None or start.kind != AFTER or start.seq is None:
+            return counted
+        with self._lock:
+            first, last = entry.arrivals.get(start.seq), entry.arrivals.get(end_seq)
+            rate = entry.record_rate
+        if first is None or last is None or last < first or not rate:
+            return None
+        return max(1, math.ceil((last - first) * rate * (1 + ESTIMATE_MARGIN)))
+
+    def handed(self, key: ShardId, start: Position, end_seq: str) -> None:
+        """A range of ``key`` went to a read: its report, which says how many records it held,
+        counts them (and their arrivals teach the shard's record rate)."""
+        with self._lock:
+            entry = self.entries.get(key)
+            if entry is None or start.kind != AFTER or start.sub_seq is not None or start.seq is None:
+                return
+            entry.handed[end_seq] = start.seq
+            while len(entry.handed) > MAX_ORDINALS:
+                del entry.handed[next(iter(entry.handed))]
 
     def _counted(self, entry: ShardTip, after: str, to: str, records: int) -> None:
         """A read saw all ``records`` records after ``after`` up to ``to``."""
@@ -312,6 +351,14 @@ class TipTable:
             entry.ordinals = {after: 0}
             base = 0
         entry.ordinals[to] = base + records
+        begun, ended = entry.arrivals.get(after), entry.arrivals.get(to)
+        if begun is not None and ended is not None and ended - begun >= MIN_RATE_SPAN_S:
+            # records a second by arrival; a longer span weighs more (a producer's batches make
+            # short ones coarse)
+            sample = records / (ended - begun)
+            weight = min(1.0, (ended - begun) / RATE_SPAN_S)
+            entry.record_rate = sample if not entry.record_rate else entry.record_rate + weight * (
+                sample - entry.record_rate)
         while len(entry.ordinals) > MAX_ORDINALS:
             del entry.ordinals[next(iter(entry.ordinals))]
 
@@ -475,6 +522,8 @@ class TipTable:
     def _probed(self, key: ShardId, entry: ShardTip, start: Position, result: ProbeResult | None) -> None:
         if result is not None:
             before = entry.state()
+            if result.tip is not None and result.tip_at is not None:
+                _arrived(entry, result.tip, result.tip_at)
             if result.counted is not None and result.tip is not None and start.kind == AFTER \
                     and start.sub_seq is None and start.seq is not None:
                 self._counted(entry, start.seq, result.tip, result.counted)
@@ -512,6 +561,13 @@ class TipTable:
         entry.idle += 1
         interval = min(self._idle_s, self._active_s * 2 ** min(entry.idle, 30))
         entry.due = now + interval * (1 + IDLE_JITTER * self._random.random())
+
+
+def _arrived(entry: ShardTip, seq: str, at: float) -> None:
+    """Record ``seq``'s arrival time (the last ``MAX_ORDINALS`` are kept)."""
+    entry.arrivals[seq] = at
+    while len(entry.arrivals) > MAX_ORDINALS:
+        del entry.arrivals[next(iter(entry.arrivals))]
 
 
 def _after(seq: str, seed: Position) -> bool:

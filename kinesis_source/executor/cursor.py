@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kinesis_source.aws.kinesis import arrival_seconds
 from kinesis_source.errors import (
     RangeIncompleteError,
     ShardNotFoundError,
@@ -186,11 +187,13 @@ class RangeReaderBase:
         if page is None or not page.records:
             return None
         cursor = self._cursor
-        last = page.records[-1]["SequenceNumber"]
+        record = page.records[-1]
         return TipReport(
-            self._range.shard, last, page.behind_ms, page.next_iterator, self._reported_calls(),
+            self._range.shard, record["SequenceNumber"], page.behind_ms, page.next_iterator, self._reported_calls(),
             self._range.end_seq, cursor.past, cursor.read_bytes, cursor.extra_bytes, self._rate_state(),
             self._throttled(), self._subscribed(),
+            seq_at=arrival_seconds(record) if "ApproximateArrivalTimestamp" in record else None,
+            in_range=cursor.read,
         )
 
     def _subscribed(self) -> float | None:

@@ -14,6 +14,7 @@ is tried again when the model says, the model having learnt that others read the
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from typing import Any
@@ -42,6 +43,9 @@ from kinesis_source.read_rate import RateState, ShardBytes, page_bytes
 log = logging.getLogger(__name__)
 
 MAX_BOOKED_WAIT_S = 5.0
+# A range that holds more records than planning estimated is read on in calls for at least this
+# share of the estimate.
+FOLLOW_UP_SHARE = 0.25
 # Pages after the first wait up to this share of the interval more, at random: a reader whose
 # calls keep one phase against another application's can take the bucket just before each of
 # its calls, every time (measured in a simulation of the two; see read_rate.py).
@@ -67,9 +71,10 @@ class RangeReader(RangeReaderBase):
         stream_arn: str | None = None,
         held_interval_s: float | None = None,
     ) -> None:
-        """``records``: how many records the range holds, when planning knows (then each call
-        asks for what is left of them, not ``limit``: records past the end would be read again
-        by the next batch, from the shard's shared 2 MiB/s). ``rate``: the shard's byte model
+        """``records``: how many records the range holds, when planning knows or estimates it
+        (then each call asks for what is left of them, not ``limit``: records past the end would
+        be read again by the next batch, from the shard's shared 2 MiB/s; past an estimate that
+        fell short, for ``FOLLOW_UP_SHARE`` of it at a time). ``rate``: the shard's byte model
         as the driver handed it (None: a full bucket); ``max_rate``: ``maxReadRatePerShard``;
         ``attempts``: most tries of a throttled call (``maxRetries`` + 1); ``stream_arn``: the
         stream's ARN when it was given by ARN (``GetRecords`` names it); ``held_interval_s``:
@@ -125,8 +130,14 @@ class RangeReader(RangeReaderBase):
         if self._records is None:
             return self._limit
         cursor = self._cursor
-        left = max(0, self._records - cursor.read) + (1 if cursor.unchecked else 0)
-        return max(1, min(self._limit, left))
+        left = self._records - cursor.read
+        if left <= 0:
+            # More than planning counted or estimated: read on in steps, not to the tip (what
+            # lies past the end is read again by the next batch); a part of the range first,
+            # then doubling what was read past the estimate, so that a far-off one costs a
+            # few calls.
+            left = max(math.ceil(self._records * FOLLOW_UP_SHARE), -left)
+        return max(1, min(self._limit, left + (1 if cursor.unchecked else 0)))
 
     def _called(self, op: str) -> None:
         self.calls += 1

@@ -246,6 +246,10 @@ def test_a_known_size_too_small_costs_a_call_never_a_record():
     rng = ShardRange("s", "a", Position.after(recs[9][0]), recs[49][0])
     reader = RangeReader(fake, rng, 10000, records=5)  # wrong: the range holds 40
     assert [r["SequenceNumber"] for page in reader.pages() for r in page] == [s for s, _ in recs[10:50]]
+    # past the estimate, on in steps that double what was read past it, not for maxRecordsPerFetch
+    # (the last asks for 32 and gets the 13 the shard has: 3 in the range, 10 past its end)
+    assert fake.limits == [5 + 1, 2, 2, 4, 8, 16, 32]
+    assert reader.tip_report().past == 10
 
 
 def test_a_throttled_call_is_tried_again_when_the_byte_model_says(monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from contextlib import contextmanager
 
@@ -14,7 +15,7 @@ from kinesis_source.driver.planner import plan_ranges
 from kinesis_source.driver.reports import TipListener
 from kinesis_source.executor import report as sender
 from kinesis_source.executor.report import Delivery
-from kinesis_source.positions import Position, ShardId
+from kinesis_source.positions import Offset, Position, ShardId
 from kinesis_source.read_rate import RateState
 from kinesis_source.tip_reports import WATCH_ENDED, WATCH_LIVE, ReportAddress, TipReport, decode, encode
 from tests.support.waiting import wait_for
@@ -31,7 +32,8 @@ def applied(address: ReportAddress, tips: list[TipReport]) -> bool:
 
 def test_a_report_round_trips_and_bad_ones_are_refused_naming_the_field():
     rate = RateState(-1024.0, 1.7e9, 2048.0, 1.6e9, 1000.0, 512.0)
-    full = TipReport(A, "123", 0, None, {"GetRecords": [1.5]}, "120", 3, 900, 350, rate, 2, 1.7e9, WATCH_LIVE)
+    full = TipReport(A, "123", 0, None, {"GetRecords": [1.5]}, "120", 3, 900, 350, rate, 2, 1.7e9, WATCH_LIVE,
+                     1.75e9, 7)
     for tip in (TipReport(A, "123", 40, "it-1"), full):
         token, tips = decode(encode("t0k", [tip]))
         assert (token, tips) == ("t0k", [tip])
@@ -51,6 +53,8 @@ def test_a_report_round_trips_and_bad_ones_are_refused_naming_the_field():
         ({"shard": "s/a", "seq": "12", "behindMs": 0, "subscribedAt": "now"}, "subscribedAt"),
         ({"shard": "s/a", "seq": "12", "behindMs": 0, "subscribedAt": -1}, "subscribedAt"),
         ({"shard": "s/a", "seq": "12", "behindMs": 0, "watch": True}, "watch"),
+        ({"shard": "s/a", "seq": "12", "behindMs": 0, "seqAt": "then"}, "seqAt"),
+        ({"shard": "s/a", "seq": "12", "behindMs": 0, "inRange": -3}, "inRange"),
     ):
         with pytest.raises(ValueError, match=word):
             TipReport.from_json(bad)
@@ -294,6 +298,63 @@ def test_ranges_get_their_size_when_reports_and_probes_saw_every_record():
         assert tips.count(A, end.shards[A], recs[149][0]) is None
     finally:
         planner.close()
+
+
+def test_ranges_between_reported_and_probed_records_get_an_estimated_size():
+    """Issue 17, no double reads: a busy shard's range from a record an executor reported to the
+    tip a probe found near it holds records nobody counted. The report and the probe say when
+    their records arrived, counted records with known arrivals give the shard's record rate,
+    and the range goes out with a size estimated from them, instead of none (with none, the
+    read takes everything up to the shard's tip, to read it again in the next batch)."""
+    from kinesis_source.driver.tips import ESTIMATE_MARGIN, EXACT_READ_BYTES_PER_S
+
+    recs = log_of(200, spacing=0.1)  # 10 records a second
+    fake = TimedFake({"a": FakeShard(recs[:10])})
+    planner = reporting_planner(fake)
+    try:
+        start = trim_horizon(A)
+        end = planner.latest_offset(start)
+        _, address = planner.hand_over(plan_ranges(start, end))
+        fake.shards["a"].records.extend(recs[10:16])
+        tips = planner._tips
+        assert tips.entries[A].arrivals[recs[9][0]] == pytest.approx(recs[9][1])  # the probe's tip
+        busy = int(EXACT_READ_BYTES_PER_S * 10)  # bytes per report, a report well within 10 s
+        for _ in range(2):
+            # the read of the range to record 9 saw 6 more, the last one arriving at its time
+            assert applied(address, [TipReport(A, recs[15][0], 0, None, {}, recs[9][0], 6, busy, 0,
+                                               seq_at=recs[15][1])])
+        assert tips.entries[A].record_rate == pytest.approx(10.0)
+        fake.shards["a"].records.extend(recs[16:150])  # the probe looks near the tip: no count
+        wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[149][0]),
+                 timeout=10, what="the tip past the new records")
+        after = Position.after(recs[15][0])
+        assert tips.count(A, after, recs[149][0]) is None
+        booked = planner.hand_over(plan_ranges(Offset({A: after}), planner.latest_offset(end)))[0]
+        # 134 records in 13.4 s at 10 a second, and the margin
+        assert booked[A][2] == math.ceil(134 * (1 + ESTIMATE_MARGIN))
+        # the read's report says how many records the range held: it is counted from then on
+        assert applied(address, [TipReport(A, recs[149][0], 0, None, {}, recs[149][0], 0, busy, 0,
+                                           seq_at=recs[149][1], in_range=134)])
+        assert tips.count(A, after, recs[149][0]) == 134
+    finally:
+        planner.close()
+
+
+def test_an_estimated_size_is_the_arrivals_distance_at_the_shards_record_rate():
+    from kinesis_source.driver.budget import GET_RECORDS, CallBudget
+    from kinesis_source.driver.tips import ESTIMATE_MARGIN, ShardTip, TipTable
+
+    table = TipTable(None, CallBudget({GET_RECORDS: 2.0}), 0.1, 10.0)  # type: ignore[arg-type]
+    table.entries[A] = ShardTip(Position.trim_horizon(), byte_rate=1_000_000.0, record_rate=100.0,
+                                arrivals={"100": 50.0, "200": 50.5})
+    # half a second of a shard moving 100 records a second: 50 records, and the margin
+    assert table.read_size(A, Position.after("100"), "200") == math.ceil(50 * (1 + ESTIMATE_MARGIN))
+    assert table.read_size(A, Position.after("100"), "300") is None  # an end of unknown arrival
+    table.entries[A].record_rate = 0.0
+    assert table.read_size(A, Position.after("100"), "200") is None  # a rate not known yet
+    table.entries[A].record_rate, table.entries[A].byte_rate = 100.0, 1_000.0
+    # a quiet shard is read past its end (the read's report is its next tip)
+    assert table.read_size(A, Position.after("100"), "200") is None
 
 
 @contextmanager
