@@ -246,7 +246,8 @@ class TipTable:
             entry.reading_until = 0.0
             self._unreported.discard(key)
             if tip.seq_at is not None:
-                _arrived(entry, tip.seq, tip.seq_at)
+                entry.arrivals[tip.seq] = tip.seq_at
+                _trim(entry.arrivals)
             if tip.end is not None and seq_key(tip.seq) >= seq_key(tip.end):
                 before_start = entry.handed.pop(tip.end, None)
                 if before_start is not None and tip.in_range is not None:
@@ -341,8 +342,7 @@ class TipTable:
             if entry is None or start.kind != AFTER or start.sub_seq is not None or start.seq is None:
                 return
             entry.handed[end_seq] = start.seq
-            while len(entry.handed) > MAX_ORDINALS:
-                del entry.handed[next(iter(entry.handed))]
+            _trim(entry.handed)
 
     def _counted(self, entry: ShardTip, after: str, to: str, records: int) -> None:
         """A read saw all ``records`` records after ``after`` up to ``to``."""
@@ -359,8 +359,7 @@ class TipTable:
             weight = min(1.0, (ended - begun) / RATE_SPAN_S)
             entry.record_rate = sample if not entry.record_rate else entry.record_rate + weight * (
                 sample - entry.record_rate)
-        while len(entry.ordinals) > MAX_ORDINALS:
-            del entry.ordinals[next(iter(entry.ordinals))]
+        _trim(entry.ordinals)
 
     def hold(self, key: ShardId, held: bool = True) -> None:
         """``key``'s known records wait for the shard's read budget (or, with ``held`` false,
@@ -523,7 +522,8 @@ class TipTable:
         if result is not None:
             before = entry.state()
             if result.tip is not None and result.tip_at is not None:
-                _arrived(entry, result.tip, result.tip_at)
+                entry.arrivals[result.tip] = result.tip_at
+                _trim(entry.arrivals)
             if result.counted is not None and result.tip is not None and start.kind == AFTER \
                     and start.sub_seq is None and start.seq is not None:
                 self._counted(entry, start.seq, result.tip, result.counted)
@@ -563,11 +563,11 @@ class TipTable:
         entry.due = now + interval * (1 + IDLE_JITTER * self._random.random())
 
 
-def _arrived(entry: ShardTip, seq: str, at: float) -> None:
-    """Record ``seq``'s arrival time (the last ``MAX_ORDINALS`` are kept)."""
-    entry.arrivals[seq] = at
-    while len(entry.arrivals) > MAX_ORDINALS:
-        del entry.arrivals[next(iter(entry.arrivals))]
+def _trim(kept: dict) -> None:
+    """Drop the oldest entries past ``MAX_ORDINALS``: a shard's per-record facts (places in a
+    counted run, arrivals, handed ranges) are only needed for the last few batches' ends."""
+    while len(kept) > MAX_ORDINALS:
+        del kept[next(iter(kept))]
 
 
 def _after(seq: str, seed: Position) -> bool:
