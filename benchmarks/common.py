@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from kinesis_source.aws.clients import AwsSettings
@@ -161,6 +162,23 @@ def fill_backlog(client: Any, stream: str, records: int, size: int) -> dict[str,
         for res in resp["Records"]:
             per_shard[res["ShardId"]] += 1
     return per_shard
+
+
+def server_cpu_seconds(marker: str = "moto.server") -> float:
+    """CPU seconds (user and system) used so far by the local processes whose command line holds
+    ``marker`` (Linux ``/proc``; 0.0 elsewhere): what the test servers take from the machine
+    that Spark and the source share."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker.encode() not in (proc / "cmdline").read_bytes():
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def _version(dist: str) -> str | None:

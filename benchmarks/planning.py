@@ -22,7 +22,11 @@ shards. For each shard count:
 A second case, ``sustained``, is a batch of many records per shard (10 shards): its probe bytes
 against its batch bytes.
 
-    python -m benchmarks.planning [--quick] [--shards 10,100]
+With ``--latency-ms N`` the planner (alone) talks to Kinesis through the quota-enforcing
+proxy with ``N`` ms injected in every request (the stream is made and fed behind it); its
+refusals of the planner's calls are printed.
+
+    python -m benchmarks.planning [--quick] [--shards 10,100] [--latency-ms 20]
 """
 
 from __future__ import annotations
@@ -241,14 +245,14 @@ def _freshness(planner: Planner, start: Offset, feed: _SteadyFeed, seconds: floa
     return [seen[i] - feed.rounds[i][0] for i in sorted(seen)]
 
 
-def measure(url: str, shards: int, rounds: int, idle_s: float) -> dict[str, Any]:
+def measure(url: str, shards: int, rounds: int, idle_s: float, planner_url: str | None = None) -> dict[str, Any]:
     """One stream of ``shards`` shards: idle and new-data answers, the refresh (see the module
-    docstring)."""
+    docstring); the planner talks to ``planner_url`` (default ``url``)."""
     kinesis = shared_client(settings(url), "kinesis")
     stream = create_stream(kinesis, shards, "plan")
     keys = shard_hash_keys(kinesis, stream)
     start = _ends(stream, put_rounds(kinesis, stream, 1, RECORD_BYTES, keys))
-    planner, meter = _planner(url, stream)
+    planner, meter = _planner(planner_url or url, stream)
     out: dict[str, Any] = {"shards": shards, "rounds": rounds, "record_bytes": RECORD_BYTES}
     t0 = time.perf_counter()
 
@@ -315,12 +319,14 @@ def measure(url: str, shards: int, rounds: int, idle_s: float) -> dict[str, Any]
     return out
 
 
-def run_suite(url: str, quick: bool, shard_counts: tuple[int, ...] = SHARD_COUNTS) -> dict[str, Any]:
+def run_suite(
+    url: str, quick: bool, shard_counts: tuple[int, ...] = SHARD_COUNTS, planner_url: str | None = None
+) -> dict[str, Any]:
     """Every shard count and the sustained case, printed as it goes."""
     rounds, sustained_rounds, idle_s = (5, 100, 15.0) if quick else (20, 500, 30.0)
     cases = []
     for shards in shard_counts:
-        r = measure(url, shards, rounds, idle_s)
+        r = measure(url, shards, rounds, idle_s, planner_url)
         _print(r)
         cases.append(r)
     sustained = measure(url, 10, sustained_rounds, idle_s)
@@ -357,11 +363,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--shards", help="comma-separated shard counts (default 10,100,1000)")
+    parser.add_argument("--latency-ms", type=float, help="the planner behind the quota proxy, this much per request")
     args = parser.parse_args()
     local_env()
     counts = tuple(int(s) for s in args.shards.split(",")) if args.shards else SHARD_COUNTS
     with LocalEndpoint() as ep:
-        run_suite(ep.url, args.quick, counts)
+        if args.latency_ms is None:
+            run_suite(ep.url, args.quick, counts)
+            return
+        from tests.support.quota import QuotaProxy
+
+        with QuotaProxy(ep.url) as quota:
+            quota.latency = args.latency_ms / 1000
+            run_suite(ep.url, args.quick, counts, planner_url=quota.url)
+            print(f"  quota proxy ({args.latency_ms:g} ms per request): {len(quota.calls())} planner calls, "
+                  f"{quota.refused()} refused", flush=True)
 
 
 if __name__ == "__main__":

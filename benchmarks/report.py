@@ -525,8 +525,8 @@ def _tasks(res: dict[str, Any]) -> list[str]:
            "`shardsPerTask` plans them for the batch's ranges.", "",
            "| shards | active | shardsPerTask | batches | batch time, median (max) | addBatch (the reads) | "
            "latestOffset, median (max) | the planner's answer, median (max) | ranges per batch | "
-           "tasks per batch | planned end's age, median (p95) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "tasks per batch | planned end's age, median (p95) | moto's CPU (cores) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in t["runs"]:
         b, a, lo, ans = r["batch_seconds"], r["add_batch_seconds"], r["latest_offset_seconds"], r["answer_seconds"]
         ranges = r["ranges_per_batch"]["median"] if r["ranges_per_batch"] else 0
@@ -534,10 +534,14 @@ def _tasks(res: dict[str, Any]) -> list[str]:
             f"| {r['shards']:,} | {r['active']:,} | {r['shards_per_task'] or 'default'} | {r['batches']} | "
             f"{b['median'] * 1000:.0f} ({b['max'] * 1000:.0f}) ms | {a['median'] * 1000:.0f} ms | "
             f"{lo['median'] * 1000:.0f} ({lo['max'] * 1000:.0f}) ms | {ans['median'] * 1000:.1f} "
-            f"({ans['max'] * 1000:.1f}) ms | {ranges:.0f} | {r['tasks_per_batch']:.0f} | {_age(r)} |"
+            f"({ans['max'] * 1000:.1f}) ms | {ranges:.0f} | {r['tasks_per_batch']:.0f} | {_age(r)} | "
+            + (f"{r['moto_cpu_cores']:.2f} |" if "moto_cpu_cores" in r else "- |")
         )
     if "ratio_1000_over_10" in t:
         out += ["", f"1,000 / 10 shards (grouped): {t['ratio_1000_over_10']:.2f}x the batch time."]
+    if any("moto_cpu_cores" in r for r in t["runs"]):
+        out += ["", "moto's CPU: the moto server process's CPU time over the window (one Python process "
+                "answers every Kinesis and DynamoDB call of the run, on the 2 cores Spark uses too)."]
     return out
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from benchmarks.common import REGION, create_stream, p95, source_options, summary
+from benchmarks.common import REGION, create_stream, p95, server_cpu_seconds, source_options, summary
 from benchmarks.overhead import _report
 from benchmarks.quota import Feeders, _shard_ids, _start, _wait
 from kinesis_source.driver.tasks import shards_per_task
@@ -68,9 +68,10 @@ def measure(spark: Any, url: str, shards: int, active: int, per_task: int | None
             with Feeders(client, stream, fed, RATE) as feeders:
                 _wait(lambda: any(p["numInputRows"] for p in _progress(query)), FIRST_BATCH_TIMEOUT_S,
                       "the first batch with records", query)
-                began = time.time()
+                began, moto_cpu = time.time(), server_cpu_seconds()
                 time.sleep(measure_s)  # the measured window: the query runs, nothing is awaited
                 progress = _progress(query)
+                moto_busy = (server_cpu_seconds() - moto_cpu) / (time.time() - began)
             put_at = feeders.put_at()
         finally:
             query.stop()
@@ -99,6 +100,8 @@ def measure(spark: Any, url: str, shards: int, active: int, per_task: int | None
         "ranges_per_batch": summary(ranges) if ranges else None,
         "end_age_seconds": summary(ages) if (ages := _end_ages(window, put_at)) else None,
         "tasks_per_batch": tasks_planned,
+        # moto's CPU over the window (cores): one Python process serves every call of the run
+        "moto_cpu_cores": moto_busy,
     }
 
 
@@ -163,7 +166,7 @@ def _print(r: dict[str, Any]) -> None:
         f"latestOffset {lo['median'] * 1000:.0f} ms (p95 {p95(lo) * 1000:.0f}; answer "
         f"{r['answer_seconds']['median'] * 1000:.1f} ms), ranges/batch "
         f"{r['ranges_per_batch']['median'] if r['ranges_per_batch'] else 0:.0f}, "
-        f"tasks/batch {r['tasks_per_batch']:.0f}, planned end's age "
+        f"tasks/batch {r['tasks_per_batch']:.0f}, moto {r['moto_cpu_cores']:.2f} cores, planned end's age "
         + (f"p50 {r['end_age_seconds']['median']:.2f} s p95 {p95(r['end_age_seconds']):.2f} s"
            if r["end_age_seconds"] else "-"),
         flush=True,
