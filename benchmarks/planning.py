@@ -329,7 +329,7 @@ def run_suite(
         r = measure(url, shards, rounds, idle_s, planner_url)
         _print(r)
         cases.append(r)
-    sustained = measure(url, 10, sustained_rounds, idle_s)
+    sustained = measure(url, 10, sustained_rounds, idle_s, planner_url)
     _print(sustained, "sustained ")
     out: dict[str, Any] = {"version": 2, "calls_timed": CALLS, "cases": cases, "sustained": sustained}
     by = {c["shards"]: c for c in cases}
