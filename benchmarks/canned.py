@@ -16,7 +16,15 @@ operation gets a 400 ``UnknownOperationException`` naming it, so a missing one i
 The backlog is deterministic. Record ``i`` of shard ``s`` has sequence number
 ``BASE_SEQ + i * SEQ_STRIDE + s`` (56 digits, increasing per shard, unique in the stream) and
 arrived at ``created + (i + 1) * arrival_step_ms`` milliseconds; every shard holds the same
-number of records and all are open. ``MillisBehindLatest`` of a page is the arrival time of the
+number of records and all are open.
+
+A *live* stream (``StreamSpec.live_rate`` > 0) is fed while the server runs instead: record
+``i`` of a fed shard arrives at ``origin + (i + 1) / live_rate`` seconds, where ``origin`` is when
+the server built it (``CannedKinesisServer.origin``), and no read, iterator or
+``MillisBehindLatest`` sees it before then; ``records_per_shard`` is how many can arrive before
+the shard stops growing. With ``fed_every`` = k only every k-th shard (from the first) is fed,
+the others stay empty: a stream with few active shards among many, without a writer process
+and without a server whose CPU grows with the shard count. ``MillisBehindLatest`` of a page is the arrival time of the
 shard's newest record less that of the page's last record (0 at the tip), as the tail probe
 expects. Pages stop at 10,000 records or 10 MiB of data, as Kinesis' do. Iterators are opaque
 base64 strings naming stream, shard and record index, and never expire.
@@ -72,19 +80,31 @@ class StreamSpec:
     shards: int
     records_per_shard: int
     record_bytes: int
+    live_rate: float = 0.0  # records a second per fed shard; 0: a backlog arrived at start
+    fed_every: int = 1
+
+    def fed(self, index: int) -> bool:
+        """Whether the ``index``-th shard holds (or receives) records."""
+        return index % self.fed_every == 0
 
     def shard_ids(self) -> list[str]:
         """Its shard ids, in order."""
         return [shard_id(i) for i in range(self.shards)]
 
     def per_shard(self) -> dict[str, int]:
-        """Records per shard id."""
-        return {s: self.records_per_shard for s in self.shard_ids()}
+        """Records per shard id (of a backlog; of a live stream, its capacity)."""
+        return {s: self.records_per_shard if self.fed(i) else 0 for i, s in enumerate(self.shard_ids())}
 
     @property
     def records(self) -> int:
         """Records in the whole stream."""
-        return self.shards * self.records_per_shard
+        return sum(self.per_shard().values())
+
+    def arrival(self, origin: float, seq: str) -> float:
+        """When record ``seq`` of a live stream arrived (epoch seconds), ``origin`` being the
+        server's :attr:`CannedKinesisServer.origin`."""
+        index = (int(seq) - BASE_SEQ) // SEQ_STRIDE
+        return origin + (index + 1) / self.live_rate
 
 
 def shard_id(index: int) -> str:
@@ -110,15 +130,15 @@ class KinesisError(Exception):
 
 
 class _Shard:
-    def __init__(self, stream: str, index: int, count: int, size: int, created_ms: int,
-                 step_ms: int) -> None:
+    def __init__(self, stream: str, index: int, count: int, size: int, created_ms: float,
+                 step_ms: float, live: bool = False) -> None:
         self.index = index
         self.id = shard_id(index)
         self.count = count
+        self.live = live
         # arrival time (ms) of record i: created + (i + 1) * step
         self.first_ms = created_ms + step_ms
         self.step_ms = step_ms
-        self.last_ms = created_ms + count * step_ms
         rng = random.Random(f"{stream}/{self.id}")
         filler = rng.randbytes(size)
         records = []
@@ -134,16 +154,22 @@ class _Shard:
         # Records per page within Kinesis' 10 MiB cap (the data is what counts).
         self.page_cap = max(1, min(MAX_LIMIT, MAX_PAGE_BYTES // max(1, size)))
 
-    def arrival_ms(self, i: int) -> int:
+    def arrival_ms(self, i: int) -> float:
         return self.first_ms + i * self.step_ms
 
+    def arrived(self) -> int:
+        """How many records have arrived (a backlog's all; a live shard's by the clock)."""
+        if not self.live:
+            return self.count
+        return max(0, min(self.count, math.floor((time.time() * 1000 - self.first_ms) / self.step_ms) + 1))
+
     def index_of(self, seq_text: Any) -> int:
-        """The record index of a sequence number of this shard."""
+        """The record index of a sequence number of this shard (one that has arrived)."""
         try:
             offset = int(seq_text) - BASE_SEQ - self.index
         except (TypeError, ValueError):
             offset = -1
-        if offset < 0 or offset % SEQ_STRIDE or offset // SEQ_STRIDE >= self.count:
+        if offset < 0 or offset % SEQ_STRIDE or offset // SEQ_STRIDE >= self.arrived():
             raise KinesisError(
                 "InvalidArgumentException",
                 f"StartingSequenceNumber {seq_text} used in GetShardIterator on shard {self.id} "
@@ -166,13 +192,17 @@ class _Shard:
 
 
 class _Stream:
-    def __init__(self, spec: StreamSpec, created_ms: int, step_ms: int) -> None:
+    def __init__(self, spec: StreamSpec, created_ms: float, step_ms: float, origin_ms: float) -> None:
         self.spec = spec
         self.name = spec.name
         self.arn = f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/{spec.name}"
+        live = spec.live_rate > 0
+        if live:
+            created_ms, step_ms = origin_ms, 1000 / spec.live_rate
         self.created = created_ms / 1000
         self.shards = [
-            _Shard(spec.name, i, spec.records_per_shard, spec.record_bytes, created_ms, step_ms)
+            _Shard(spec.name, i, spec.records_per_shard if spec.fed(i) else 0, spec.record_bytes,
+                   created_ms, step_ms, live)
             for i in range(spec.shards)
         ]
         self.by_id = {s.id: s for s in self.shards}
@@ -224,10 +254,12 @@ class CannedBackend:
     """The request logic: ``answer(op, request) -> body bytes`` (no HTTP)."""
 
     def __init__(self, specs: list[StreamSpec], arrival_step_ms: int = 1) -> None:
-        # The newest record of every shard arrived when the server started.
-        longest = max((s.records_per_shard for s in specs), default=0)
-        created_ms = int(time.time() * 1000) - (longest + 1) * arrival_step_ms
-        self.streams = {s.name: _Stream(s, created_ms, arrival_step_ms) for s in specs}
+        # The newest record of every backlog arrived when the server started; live streams
+        # begin to fill then.
+        self.origin = time.time()
+        longest = max((s.records_per_shard for s in specs if not s.live_rate), default=0)
+        created_ms = int(self.origin * 1000) - (longest + 1) * arrival_step_ms
+        self.streams = {s.name: _Stream(s, created_ms, arrival_step_ms, self.origin * 1000) for s in specs}
         self.calls: dict[str, int] = {}
 
     def _stream(self, req: dict[str, Any]) -> _Stream:
@@ -266,9 +298,10 @@ class CannedBackend:
                 f"constraint: Member must have value between 1 and {MAX_LIMIT}",
             )
         shard = self._stream({"StreamName": name}).shard(sid)
-        last = min(shard.count, first + limit, first + shard.page_cap)
-        behind = 0 if last >= shard.count or last == first else (
-            shard.last_ms - shard.arrival_ms(last - 1))
+        arrived = shard.arrived()
+        last = max(first, min(arrived, first + limit, first + shard.page_cap))
+        behind = 0 if last >= arrived or last == first else round(
+            shard.arrival_ms(arrived - 1) - shard.arrival_ms(last - 1))
         return b"".join((
             b'{"Records":[', b",".join(shard.records[first:last]),
             b'],"NextShardIterator":"', _b64([name, sid, last]).encode(),
@@ -282,7 +315,7 @@ class CannedBackend:
         if kind == "TRIM_HORIZON":
             index = 0
         elif kind == "LATEST":
-            index = shard.count
+            index = shard.arrived()
         elif kind == "AT_SEQUENCE_NUMBER":
             index = shard.index_of(req.get("StartingSequenceNumber"))
         elif kind == "AFTER_SEQUENCE_NUMBER":
@@ -414,7 +447,7 @@ def serve(specs: list[StreamSpec], latency: float, arrival_step_ms: int = 1) -> 
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         await web.SockSite(runner, sock, backlog=256).start()
-        print(json.dumps({"port": sock.getsockname()[1]}), flush=True)
+        print(json.dumps({"port": sock.getsockname()[1], "origin": backend.origin}), flush=True)
         parent = os.getppid()
         while os.getppid() == parent:  # the parent died: stop
             await asyncio.sleep(1.0)
@@ -434,6 +467,8 @@ class CannedKinesisServer:
         self.latency = latency
         self.arrival_step_ms = arrival_step_ms
         self.port: int | None = None
+        # when the server built its streams: live streams' records arrive from then on
+        self.origin = 0.0
         self._proc: subprocess.Popen | None = None
 
     @property
@@ -457,7 +492,8 @@ class CannedKinesisServer:
         if not line:
             self.stop()
             raise RuntimeError("the canned Kinesis server did not start")
-        self.port = int(json.loads(line)["port"])
+        ready_line = json.loads(line)
+        self.port, self.origin = int(ready_line["port"]), float(ready_line["origin"])
         return self
 
     def stop(self) -> None:

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.http_server import LocalHTTPServer
 
 _TABLE_DESC = {
     "KeySchema": [
@@ -32,15 +35,16 @@ MAX_TRANSACT_ITEMS = 100
 
 
 class DynamoStub:
-    """``with DynamoStub() as stub: stub.url``; ``stub.calls`` lists (operation, items)."""
+    """``with DynamoStub() as stub: stub.url``; ``stub.calls`` lists (operation, items).
+    ``latency`` (seconds) is slept before every answer (a region's round trip, no CPU)."""
 
-    def __init__(self) -> None:
+    def __init__(self, latency: float = 0.0) -> None:
+        self.latency = latency
         self.calls: list[tuple[str, int]] = []
         self._items: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._tables: set[str] = set()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._server = LocalHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -123,6 +127,8 @@ class DynamoStub:
                 op = (self.headers.get("X-Amz-Target") or "").rpartition(".")[2]
                 req = json.loads(body or b"{}")
                 stub.calls.append((op, len(req.get("TransactItems", []))))
+                if stub.latency > 0:
+                    time.sleep(stub.latency)  # the handler's own thread: others are answered meanwhile
                 status, answer = stub.answer(op, req)
                 data = json.dumps(answer).encode()
                 self.send_response(status)

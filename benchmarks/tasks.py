@@ -1,39 +1,56 @@
 """Batches at scale (issue 17): a 1,000-shard stream with 10% of its shards active against a
-10-shard stream with all active, on moto behind the quota-enforcing proxy with ``LATENCY_S``
-injected in every request (a region's round trip).
+10-shard stream with all active, behind the quota-enforcing proxy with ``LATENCY_S`` injected in
+every request (a region's round trip).
 
 A Spark streaming query (default trigger and options but endpoints and credentials,
-``initialPosition=LATEST``, ``noop`` sink) reads while a :class:`Feeder` writes ``RATE``
-records a second to each active shard. From the first batch with records, for ``MEASURE_S``,
-the batches with records give: the median and p95 batch time (``triggerExecution``) and its
-phases (``addBatch``: the tasks that read; ``latestOffset``), and the ranges per batch (the
-source's ``executorReadsBooked``). Each stream is read with the default grouping of shards into
-tasks (``shardsPerTask`` from the session's parallelism) and, at 1,000 shards, with one task
-per shard (``shardsPerTask=1``, the layout before grouping).
+``initialPosition=LATEST``, ``noop`` sink) reads while ``RATE`` records a second arrive on each
+active shard. From the first batch with records, for ``MEASURE_S``, the batches with records
+give: the median and p95 batch time (``triggerExecution``) and its phases (``addBatch``: the
+tasks that read; ``latestOffset``), and the ranges per batch (the source's
+``executorReadsBooked``); the proxy gives the refusals and the busiest shard's calls a second.
+Each stream is read with the default grouping of shards into tasks (``shardsPerTask`` from the
+session's parallelism) and, at 1,000 shards on moto, with one task per shard
+(``shardsPerTask=1``, the layout before grouping).
 
-The acceptance ratio is the 1,000-shard batch time over the 10-shard one, grouped, in one run.
+Two Kinesis servers sit behind the proxy, each case in turn:
+
+- ``moto``: a :class:`Feeder` writes the records with ``PutRecords``; DynamoDB is the same moto.
+  One Python process answers every call on the two cores Spark uses too (4.3 ms of CPU per
+  ``GetRecords``, and a ``TransactWriteItems`` that copies the table once per item), so at 1,000
+  shards the batch time follows how busy moto is.
+- ``canned``: :mod:`benchmarks.canned`'s live stream (records arrive by the clock, no writer)
+  and :mod:`benchmarks.ddb_stub` for DynamoDB with the same latency: servers that take next to
+  no CPU from the client's machine, as a remote service's do, so what scales is the source.
+
+The acceptance ratio is, per server, the 1,000-shard batch time over the 10-shard one, grouped,
+in one run.
 
 Freshness (issue 17): for every shard a batch of the window moved, the age of its planned end's
 arrival: the time ``latestOffset`` returned (the batch's start plus its ``latestOffset`` phase)
-less the time of the ``PutRecords`` call that wrote the end record (so at most the call's time
-older than the arrival itself).
+less the end record's arrival (on moto: the time of the ``PutRecords`` call that wrote it, so at
+most the call's time older than the arrival itself; on the canned server: its arrival time).
 
     python -m benchmarks.tasks [--quick]
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import statistics
 import tempfile
 import time
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import boto3
 from botocore.config import Config
 
+from benchmarks.canned import CannedKinesisServer, StreamSpec
 from benchmarks.common import REGION, create_stream, p95, server_cpu_seconds, source_options, summary
+from benchmarks.ddb_stub import DynamoStub
 from benchmarks.overhead import _report
 from benchmarks.quota import Feeders, _shard_ids, _start, _wait
 from kinesis_source.driver.tasks import shards_per_task
@@ -41,38 +58,66 @@ from tests.support.quota import QuotaProxy
 
 LATENCY_S = 0.020
 RATE = 2  # records per second per active shard
+RECORD_BYTES = 100
 FIRST_BATCH_TIMEOUT_S = 300.0
-CASES = ((10, 10, None), (1000, 100, None), (1000, 100, 1))  # shards, active, shardsPerTask
+# backend, shards, active, shardsPerTask
+CASES = (("moto", 10, 10, None), ("moto", 1000, 100, None), ("moto", 1000, 100, 1),
+         ("canned", 10, 10, None), ("canned", 1000, 100, None))
 
 
 def _progress(query: Any) -> list[dict[str, Any]]:
     return [json.loads(p.json) for p in query.recentProgress]
 
 
-def measure(spark: Any, url: str, shards: int, active: int, per_task: int | None, measure_s: float) -> dict[str, Any]:
-    """One query on a new stream of ``shards`` shards, ``active`` of them fed."""
-    client = boto3.client("kinesis", endpoint_url=url, region_name=REGION,
-                          config=Config(retries={"mode": "standard", "max_attempts": 10}))
-    stream = create_stream(client, shards, "tasks")
-    ids = _shard_ids(client, stream)
-    fed = ids[:: max(1, shards // active)][:active]
+def measure(spark: Any, url: str, shards: int, active: int, per_task: int | None, measure_s: float,
+            backend: str = "moto") -> dict[str, Any]:
+    """One query on a new stream of ``shards`` shards, ``active`` of them fed: on moto (a
+    :class:`Feeders` writes to it) or on the canned server's live stream (``backend="canned"``;
+    its records arrive by the clock, no writer). DynamoDB is moto's either way."""
     checkpoint = tempfile.mkdtemp(prefix="kddb-tasks-")
-    with QuotaProxy(url) as quota:
+    with contextlib.ExitStack() as stack:
+        if backend == "canned":
+            # enough records for the wait for the first batch, the window and some slack
+            capacity = int(RATE * (FIRST_BATCH_TIMEOUT_S + measure_s + 120))
+            spec = StreamSpec(f"tasks-{shards}-{uuid.uuid4().hex[:8]}", shards, capacity, RECORD_BYTES,
+                              live_rate=RATE, fed_every=max(1, shards // active))
+            server = stack.enter_context(CannedKinesisServer([spec]))
+            kinesis_url, stream, marker = server.url, spec.name, "benchmarks.canned"
+            ddb_url = stack.enter_context(DynamoStub(latency=LATENCY_S)).url
+            feeding: Any = contextlib.nullcontext()
+        else:
+            client = boto3.client("kinesis", endpoint_url=url, region_name=REGION,
+                                  config=Config(retries={"mode": "standard", "max_attempts": 10}))
+            stream = create_stream(client, shards, "tasks")
+            ids = _shard_ids(client, stream)
+            kinesis_url, ddb_url, marker = url, url, "moto.server"
+            feeding = Feeders(client, stream, ids[:: max(1, shards // active)][:active], RATE)
+        quota = stack.enter_context(QuotaProxy(kinesis_url))
         quota.latency = LATENCY_S
         options = source_options(quota.url, stream, initialPosition="LATEST")
-        options["dynamodbEndpointUrl"] = url  # DynamoDB straight to moto: the proxy is Kinesis'
+        options["dynamodbEndpointUrl"] = ddb_url  # not behind the proxy: its quotas are Kinesis'
         if per_task is not None:
             options["shardsPerTask"] = str(per_task)
         query = _start(spark, options, checkpoint)
         try:
-            with Feeders(client, stream, fed, RATE) as feeders:
+            with feeding:
                 _wait(lambda: any(p["numInputRows"] for p in _progress(query)), FIRST_BATCH_TIMEOUT_S,
                       "the first batch with records", query)
-                began, moto_cpu = time.time(), server_cpu_seconds()
+                began, began_mono, server_cpu = time.time(), time.monotonic(), server_cpu_seconds(marker)
                 time.sleep(measure_s)  # the measured window: the query runs, nothing is awaited
                 progress = _progress(query)
-                moto_busy = (server_cpu_seconds() - moto_cpu) / (time.time() - began)
-            put_at = feeders.put_at()
+                server_busy = (server_cpu_seconds(marker) - server_cpu) / (time.time() - began)
+                in_window = lambda seen: seen.at >= began_mono  # noqa: E731 - the proxy's clock
+                budget = {"refused": quota.refused(in_window),
+                          "peak_get_records_per_shard_s": quota.peak_rate("GetRecords", 10.0, since=began_mono),
+                          "peak_get_shard_iterator_per_shard_s": quota.peak_rate(
+                              "GetShardIterator", 10.0, since=began_mono)}
+            if backend == "canned":
+                def arrival(seq: str) -> float | None:
+                    return spec.arrival(server.origin, seq)
+            else:
+                put_at = feeding.put_at()
+                arrival = put_at.get
         finally:
             query.stop()
             shutil.rmtree(checkpoint, ignore_errors=True)
@@ -98,10 +143,14 @@ def measure(spark: Any, url: str, shards: int, active: int, per_task: int | None
             for phase in window[0]["durationMs"]
         } if window else {},
         "ranges_per_batch": summary(ranges) if ranges else None,
-        "end_age_seconds": summary(ages) if (ages := _end_ages(window, put_at)) else None,
+        "end_age_seconds": summary(ages) if (ages := _end_ages(window, arrival)) else None,
         "tasks_per_batch": tasks_planned,
-        # moto's CPU over the window (cores): one Python process serves every call of the run
-        "moto_cpu_cores": moto_busy,
+        "backend": backend,
+        # the quota proxy's count over the window: refusals, and the busiest shard's calls
+        # a second in a 10 s window (driver and executors together)
+        **budget,
+        # the Kinesis server's CPU over the window (cores): one Python process serves every call
+        "server_cpu_cores": server_busy,
     }
 
 
@@ -111,8 +160,9 @@ def _epoch(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def _end_ages(window: list[dict[str, Any]], put_at: dict[str, float]) -> list[float]:
-    """Per batch and moved shard: when ``latestOffset`` returned less when its end was put."""
+def _end_ages(window: list[dict[str, Any]], arrival: Callable[[str], float | None]) -> list[float]:
+    """Per batch and moved shard: when ``latestOffset`` returned less when its end arrived (on
+    moto: when the ``PutRecords`` call that wrote it was made)."""
     ages = []
     for p in window:
         source = p["sources"][0]
@@ -122,8 +172,8 @@ def _end_ages(window: list[dict[str, Any]], put_at: dict[str, float]) -> list[fl
         for shard, position in end["shards"].items():
             if position != start["shards"].get(shard) and position.startswith("AFTER:"):
                 seq = position.split(":")[1]
-                if seq in put_at:
-                    ages.append(planned - put_at[seq])
+                if (arrived := arrival(seq)) is not None:
+                    ages.append(planned - arrived)
     return ages
 
 
@@ -142,31 +192,33 @@ def _ranges_per_batch(progress: list[dict[str, Any]], since: float) -> list[int]
 
 
 def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
-    """Every case, printed as it goes; the 1,000/10 ratio of the grouped batch times."""
+    """Every case, printed as it goes; per backend, the 1,000/10 ratio of the grouped batch times."""
     measure_s = 20.0 if quick else 60.0
     runs = []
-    for shards, active, per_task in CASES:
-        r = measure(spark, url, shards, active, per_task, measure_s)
+    for backend, shards, active, per_task in CASES:
+        r = measure(spark, url, shards, active, per_task, measure_s, backend)
         _print(r)
         runs.append(r)
-    grouped = {r["shards"]: r for r in runs if r["shards_per_task"] is None}
     out: dict[str, Any] = {"latency_seconds": LATENCY_S, "rate": RATE, "measure_seconds": measure_s, "runs": runs}
-    if 10 in grouped and 1000 in grouped:
-        out["ratio_1000_over_10"] = (
-            grouped[1000]["batch_seconds"]["median"] / grouped[10]["batch_seconds"]["median"])
+    out["ratios_1000_over_10"] = {}
+    for backend in dict.fromkeys(c[0] for c in CASES):
+        grouped = {r["shards"]: r for r in runs if r["shards_per_task"] is None and r["backend"] == backend}
+        if 10 in grouped and 1000 in grouped:
+            out["ratios_1000_over_10"][backend] = (
+                grouped[1000]["batch_seconds"]["median"] / grouped[10]["batch_seconds"]["median"])
     return out
 
 
 def _print(r: dict[str, Any]) -> None:
     b, a, lo = r["batch_seconds"], r["add_batch_seconds"], r["latest_offset_seconds"]
     print(
-        f"  tasks {r['shards']:>5} shards ({r['active']} active, shardsPerTask "
+        f"  tasks {r.get('backend', 'moto')} {r['shards']:>5} shards ({r['active']} active, shardsPerTask "
         f"{r['shards_per_task'] or 'default'}): {r['batches']} batches, batch "
         f"{b['median'] * 1000:.0f} ms (p95 {p95(b) * 1000:.0f}), addBatch {a['median'] * 1000:.0f} ms, "
         f"latestOffset {lo['median'] * 1000:.0f} ms (p95 {p95(lo) * 1000:.0f}; answer "
         f"{r['answer_seconds']['median'] * 1000:.1f} ms), ranges/batch "
         f"{r['ranges_per_batch']['median'] if r['ranges_per_batch'] else 0:.0f}, "
-        f"tasks/batch {r['tasks_per_batch']:.0f}, moto {r['moto_cpu_cores']:.2f} cores, planned end's age "
+        f"tasks/batch {r['tasks_per_batch']:.0f}, server {r['server_cpu_cores']:.2f} cores, planned end's age "
         + (f"p50 {r['end_age_seconds']['median']:.2f} s p95 {p95(r['end_age_seconds']):.2f} s"
            if r["end_age_seconds"] else "-"),
         flush=True,

@@ -50,13 +50,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlparse
 
 from botocore.exceptions import ClientError
 
 from kinesis_source.aws.clients import AwsSettings
+from tests.support.http_server import LocalHTTPServer
 
 SUBSCRIBE = "SubscribeToShard"
 CONSUMER_OPS = {
@@ -253,8 +254,7 @@ class EfoServer:
             secret_key="local",
             max_retries=3,
         ).boto3_client("kinesis")
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._server = LocalHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     # -- knobs and counters ----------------------------------------------------------------

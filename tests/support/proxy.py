@@ -42,10 +42,11 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlparse
 
+from tests.support.http_server import LocalHTTPServer
 from tests.support.put_records import (
     INTERNAL_FAILURE,
     THROTTLED,
@@ -114,8 +115,7 @@ class FaultProxy:
         self.gap_pages_served = 0
         self._random = random.Random(seed)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._server = LocalHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     # -- rules ---------------------------------------------------------------------------

@@ -78,3 +78,41 @@ def test_canned_e2e_gets_its_own_table_and_targets() -> None:
     assert "End to end, moto server" in text
     assert "End to end, canned Kinesis server, 20 ms per request" in text
     assert "raw_boto3 16 GetRecords" in text
+
+
+def _tasks_run(backend: str | None, shards: int, batch_s: float, age_p95: float) -> dict:
+    run = {"shards": shards, "active": shards // 10 if shards > 10 else shards, "shards_per_task": None,
+           "batches": 50, "batch_seconds": summary([batch_s]), "add_batch_seconds": summary([batch_s / 2]),
+           "latest_offset_seconds": summary([0.03]), "answer_seconds": summary([0.004]),
+           "ranges_per_batch": summary([50.0]), "tasks_per_batch": 2,
+           "end_age_seconds": summary([age_p95] * 20), "phase_seconds": {}}
+    if backend is not None:
+        run.update(backend=backend, server_cpu_cores=0.1, refused=0, peak_get_records_per_shard_s=1.2,
+                   peak_get_shard_iterator_per_shard_s=0.1)
+    return run
+
+
+def test_batches_at_scale_are_judged_per_kinesis_server() -> None:
+    results = _results(commit_calls=10, raw_ratio=0.95)
+    results["tasks"] = {
+        "latency_seconds": 0.02, "rate": 2, "measure_seconds": 60,
+        "runs": [_tasks_run("moto", 10, 0.25, 1.0), _tasks_run("moto", 1000, 1.0, 2.7),
+                 _tasks_run("canned", 10, 0.2, 1.0), _tasks_run("canned", 1000, 0.3, 1.1)],
+        "ratios_1000_over_10": {"moto": 4.0, "canned": 1.5},
+    }
+    judged = {t["target"]: t for t in report.targets(results)}
+    moto = "batch time, 1,000 shards (10% active) / 10 shards, 20 ms latency, on moto"
+    canned = "batch time, 1,000 shards (10% active) / 10 shards, 20 ms latency, on the canned server and DynamoDB stub"
+    assert judged[moto]["value"] == 4.0 and not judged[moto]["pass"]
+    assert judged[canned]["value"] == 1.5 and judged[canned]["pass"]
+    fresh = [t for name, t in judged.items() if name.startswith("freshness")]
+    assert sorted(t["pass"] for t in fresh) == [False, True]
+    text = report.render(results)
+    assert "| canned | 1,000 | 100 | default |" in text and "| 1.2 / 0.1 | 0 |" in text
+    # a results file from before the canned server: moto's ratio alone, no budget columns
+    old = dict(results["tasks"], runs=[_tasks_run(None, 10, 0.25, 1.0), _tasks_run(None, 1000, 1.0, 2.7)])
+    del old["ratios_1000_over_10"]
+    old["ratio_1000_over_10"] = 4.0
+    results["tasks"] = old
+    assert [t["value"] for t in report.targets(results) if t["target"].startswith("batch time")] == [4.0]
+    assert "| moto | 1,000 | 100 | default |" in report.render(results)
