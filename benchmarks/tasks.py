@@ -10,7 +10,8 @@ tasks that read; ``latestOffset``), and the ranges per batch (the source's
 ``executorReadsBooked``); the proxy gives the refusals and the busiest shard's calls a second.
 Each stream is read with the default grouping of shards into tasks (``shardsPerTask`` from the
 session's parallelism) and, at 1,000 shards on moto, with one task per shard
-(``shardsPerTask=1``, the layout before grouping).
+(``shardsPerTask=1``, the layout before grouping); the canned server also serves 4,000 shards
+(400 active), a size moto cannot serve on this machine.
 
 Two Kinesis servers sit behind the proxy, each case in turn:
 
@@ -62,7 +63,7 @@ RECORD_BYTES = 100
 FIRST_BATCH_TIMEOUT_S = 300.0
 # backend, shards, active, shardsPerTask
 CASES = (("moto", 10, 10, None), ("moto", 1000, 100, None), ("moto", 1000, 100, 1),
-         ("canned", 10, 10, None), ("canned", 1000, 100, None))
+         ("canned", 10, 10, None), ("canned", 1000, 100, None), ("canned", 4000, 400, None))
 
 
 def _progress(query: Any) -> list[dict[str, Any]]:
