@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from kinesis_source.aws.clients import shared_client
+from kinesis_source.aws.kinesis import note_receipts
 from kinesis_source.executor.arrow import to_record_batch, user_records
 from kinesis_source.executor.fanout import SubscribeRangeReader
 from kinesis_source.executor.interleave import interleave
@@ -34,6 +35,7 @@ def read_partition(partition: RangePartition) -> Iterator[pa.RecordBatch]:
     """Replay a task's planned ranges, each in order, as Arrow batches; then report to the
     driver what the reads saw past their ends."""
     client = shared_client(partition.settings, "kinesis")
+    note_receipts(client)
     readers = [_reader(client, partition, read) for read in partition.reads]
     shards = [_batches(partition, read, reader) for read, reader in zip(partition.reads, readers, strict=True)]
     if len(shards) == 1:

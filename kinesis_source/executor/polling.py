@@ -34,6 +34,7 @@ from kinesis_source.aws.kinesis import (
     is_throttled,
     missing_shard_or_stream,
     readable_error,
+    received_at,
     throttle_retry,
 )
 from kinesis_source.executor.cursor import RangeReaderBase, RawPage
@@ -210,7 +211,7 @@ class RangeReader(RangeReaderBase):
                         raise readable from None
                     raise
         page = Page.from_api(resp)
-        self.bytes.spend(page_bytes(page.records), len(page.records), time.time())
+        self.bytes.spend(page_bytes(page.records), len(page.records), received_at(time.time()))
         return page
 
     def _fetch(self) -> Page:
