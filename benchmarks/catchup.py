@@ -24,7 +24,10 @@ bucket empty, or its 5 calls of the last second made); and the server's 5xx answ
    + that time, and the ratio against it is a second figure. The whole query's window (from the
    driver's first data call) is kept for information. Also the source's refusals (by reason) and
    the rows read against the records written. 1 shard (``--quick``: only this), 4 and 16 shards
-   (16 is CPU-bound on a 2-core machine: moto, the proxy and Spark share it).
+   (16 is CPU-bound on a 2-core machine: moto, the proxy and Spark share it). Each size runs on
+   moto and again on the canned server (:mod:`benchmarks.canned`; the same backlog, there when
+   the server starts), behind the same proxy: moto builds a 10 MB answer in most of a second on
+   the cores the reader uses, a remote Kinesis does not.
 2. **Neighbour**: one shard, and another application (access key ``neighbour``, boto3 without
    retries) reading it from ``TRIM_HORIZON`` once a second with a ``Limit`` of ~1 MiB of records,
    counting its refusals; ``NEIGHBOUR_LEAD_S`` later the source's query starts (Spark's default
@@ -50,6 +53,7 @@ bucket empty, or its 5 calls of the last second made); and the server's 5xx answ
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -57,6 +61,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -66,6 +71,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from benchmarks.canned import CannedKinesisServer, StreamSpec
 from benchmarks.common import PUT_BATCH, REGION, create_stream, settings, shard_hash_keys, source_options
 from benchmarks.quota import _rows_read
 from benchmarks.report import _reasons, _worst_shard
@@ -83,6 +89,7 @@ CHECKPOINT_TABLE = "kinesis-ddb-bench-catchup"
 CATCHUP_RECORDS = 27_000  # per shard: 25.8 MiB
 QUICK_CATCHUP_RECORDS = 16_000  # 15.3 MiB
 SHARD_COUNTS = (1, 4, 16)
+BACKENDS = ("moto", "canned")
 QUICK_SHARD_COUNTS = (1,)
 CATCHUP_TIMEOUT_S = 600.0
 
@@ -312,13 +319,25 @@ def _shard_figures(proxy: MeteredProxy, shard: str, backlog: int, started: float
     }
 
 
-def catch_up(spark: Any, url: str, shards: int, per_shard: int) -> dict[str, Any]:
-    """One ``Trigger.AvailableNow`` run over a backlog of ``per_shard`` records per shard."""
-    client, stream, keys = _stream(url, shards, "catchup")
-    began = time.monotonic()
-    backlog = _fill(client, stream, keys, per_shard)
-    fill_s = time.monotonic() - began
-    with MeteredProxy(url) as proxy:
+def catch_up(spark: Any, url: str, shards: int, per_shard: int, backend: str = "moto") -> dict[str, Any]:
+    """One ``Trigger.AvailableNow`` run over a backlog of ``per_shard`` records per shard, on
+    moto (written with ``PutRecords`` first) or on the canned server (``backend="canned"``: the
+    backlog is there when it starts, each page a join of pre-built records)."""
+    with contextlib.ExitStack() as stack:
+        began = time.monotonic()
+        if backend == "canned":
+            spec = StreamSpec(f"catchup-{shards}-{uuid.uuid4().hex[:8]}", shards, per_shard, RECORD_BYTES)
+            server = stack.enter_context(CannedKinesisServer([spec]))
+            kinesis_url, stream, shard_ids = server.url, spec.name, spec.shard_ids()
+            # as Kinesis and the proxy count them: the data and the partition key ("pk-<i>")
+            size = sum(RECORD_BYTES + len(f"pk-{i}") for i in range(per_shard))
+            backlog = dict.fromkeys(shard_ids, size)
+        else:
+            client, stream, keys = _stream(url, shards, "catchup")
+            kinesis_url, shard_ids = url, [shard for shard, _ in keys]
+            backlog = _fill(client, stream, keys, per_shard)
+        fill_s = time.monotonic() - began
+        proxy = stack.enter_context(MeteredProxy(kinesis_url))
         started = time.monotonic()
         with _query(spark, _options(proxy, url, stream), available_now=True) as query:
             if not query.awaitTermination(CATCHUP_TIMEOUT_S):
@@ -328,10 +347,11 @@ def catch_up(spark: Any, url: str, shards: int, per_shard: int) -> dict[str, Any
             ended = time.monotonic()
             rows = _rows_read(query)
             progress = [json.loads(p.json) for p in query.recentProgress]
-        per = [_shard_figures(proxy, shard, backlog[shard], started) for shard, _ in keys]
+        per = [_shard_figures(proxy, shard, backlog[shard], started) for shard in shard_ids]
         worst = min(per, key=lambda p: p["read_ratio"])
         refused = proxy.refusal_counts(SOURCE_KEY)
         return {
+            "backend": backend,
             "shards": shards,
             "records_per_shard": per_shard,
             "records_written": per_shard * shards,
@@ -520,7 +540,8 @@ def capped(spark: Any, url: str, run_s: float, backlog_mib: float) -> dict[str, 
 
 def _print_catch_up(r: dict[str, Any]) -> None:
     w = _worst_shard(r)
-    print(f"  catchup AvailableNow {r['shards']} shard(s), {w['backlog_bytes'] / MIB:.1f} MiB each: executors read "
+    print(f"  catchup AvailableNow on {r.get('backend', 'moto')}, {r['shards']} shard(s), "
+          f"{w['backlog_bytes'] / MIB:.1f} MiB each: executors read "
           f"{w['read_window_s']:.2f} s for {w['physical_s']:.2f} s physical = {r['read_ratio_worst']:.3f} (with the "
           f"first answer's {w['first_executor_answer_s']:.2f} s: {w['ratio_with_first_answer']:.3f}; whole query "
           f"{w['query_ratio']:.3f}); refused {r['refused_source']}; read {r['records_read']:,} of "
@@ -543,10 +564,11 @@ def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
     """The three cases (see the module docstring), printed as they finish."""
     per_shard = QUICK_CATCHUP_RECORDS if quick else CATCHUP_RECORDS
     runs = []
-    for shards in QUICK_SHARD_COUNTS if quick else SHARD_COUNTS:
-        r = catch_up(spark, url, shards, per_shard)
-        _print_catch_up(r)
-        runs.append(r)
+    for backend in BACKENDS:
+        for shards in QUICK_SHARD_COUNTS if quick else SHARD_COUNTS:
+            r = catch_up(spark, url, shards, per_shard, backend)
+            _print_catch_up(r)
+            runs.append(r)
     neighbours = []
     capped_extra = {"maxReadRatePerShard": "1MiB"}
     for setting, extra, run_s in (("default", {}, NEIGHBOUR_RUN_S),

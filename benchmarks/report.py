@@ -113,14 +113,17 @@ def _catchup_targets(add: Any, c: dict[str, Any] | None) -> None:
     if not c:
         return
     runs = c["catch_up"]
-    counts = "/".join(f"{r['shards']:,}" for r in runs)
-    worst = min(r["read_ratio_worst"] for r in runs)
-    add(f"catch-up (AvailableNow), physical limit / executors' read window, worst shard, {counts} shard(s)",
-        ">= 0.95", worst, ", ".join(
-            f"{r['read_ratio_worst']:.2f} ({_shards(r['shards'])}{CPU_BOUND if r['shards'] >= 16 else ''}; "
-            f"{_worst_shard(r)['ratio_with_first_answer']:.2f} against the limit with the first answer's "
-            f"{_worst_shard(r)['first_executor_answer_s']:.1f} s)" for r in runs),
-        worst >= 0.95)
+    for backend in dict.fromkeys(r.get("backend", "moto") for r in runs):
+        mine = [r for r in runs if r.get("backend", "moto") == backend]
+        counts = "/".join(f"{r['shards']:,}" for r in mine)
+        worst = min(r["read_ratio_worst"] for r in mine)
+        where = "moto" if backend == "moto" else "the canned server"
+        add(f"catch-up (AvailableNow) on {where}, physical limit / executors' read window, worst shard, "
+            f"{counts} shard(s)", ">= 0.95", worst, ", ".join(
+                f"{r['read_ratio_worst']:.2f} ({_shards(r['shards'])}{CPU_BOUND if r['shards'] >= 16 else ''}; "
+                f"{_worst_shard(r)['ratio_with_first_answer']:.2f} against the limit with the first answer's "
+                f"{_worst_shard(r)['first_executor_answer_s']:.1f} s)" for r in mine),
+            worst >= 0.95)
     refused = sum(r["refused_source"] for r in runs)
     missing = [r for r in runs if r["records_read"] != r["records_written"]]
     add("catch-up (AvailableNow): refused calls; records read / written", "= 0; all", refused,
@@ -598,7 +601,7 @@ def _catchup(res: dict[str, Any]) -> list[str]:
     if not c:
         return []
     mib = 1048576
-    out = ["", f"### 10. Catching up a backlog (quota-enforcing proxy in front of moto: 2 MiB/s and a 10 MiB "
+    out = ["", f"### 10. Catching up a backlog (quota-enforcing proxy: 2 MiB/s and a 10 MiB "
            f"bucket per shard; {c['record_bytes']:,}-byte records)", "",
            "`Trigger.AvailableNow` from `TRIM_HORIZON` over a backlog in every shard, default options. Read "
            "window: the executors' first to last `GetRecords` with records on a shard (the target); physical "
@@ -607,14 +610,16 @@ def _catchup(res: dict[str, Any]) -> list[str]:
            "For information: the whole query's window (from the driver's first probe with records to the "
            "last call), and the time the executors' bytes after their first call take at 2 MiB/s. Refusals "
            "by reason: bytes (the bucket empty) or calls (5 in the last second).", "",
-           "| shards | backlog per shard | read window (worst shard) | physical limit | ratio: worst (median) | "
+           "| Kinesis server | shards | backlog per shard | read window (worst shard) | physical limit | "
+           "ratio: worst (median) | "
            "first answer; limit with it; ratio | whole query: window, ratio | executors' bytes at 2 MiB/s | "
            "first data call, first executor call (after start) | refused | records written / read | query |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in c["catch_up"]:
         w = _worst_shard(r)
         out.append(
-            f"| {r['shards']:,}{' (CPU-bound)' if r['shards'] >= 16 else ''} | {w['backlog_bytes'] / mib:.1f} MiB | "
+            f"| {r.get('backend', 'moto')} | {r['shards']:,}{' (CPU-bound)' if r['shards'] >= 16 else ''} | "
+            f"{w['backlog_bytes'] / mib:.1f} MiB | "
             f"{w['read_window_s']:.2f} s | {w['physical_s']:.2f} s | "
             f"{r['read_ratio_worst']:.2f} ({r['read_ratio_median']:.2f}) | {w['first_executor_answer_s']:.2f} s; "
             f"{w['limit_with_first_answer_s']:.2f} s; {w['ratio_with_first_answer']:.2f} | "

@@ -116,3 +116,36 @@ def test_batches_at_scale_are_judged_per_kinesis_server() -> None:
     results["tasks"] = old
     assert [t["value"] for t in report.targets(results) if t["target"].startswith("batch time")] == [4.0]
     assert "| moto | 1,000 | 100 | default |" in report.render(results)
+
+
+def _catch_up_run(backend: str | None, shards: int, ratio: float) -> dict:
+    shard = {k: 1.0 for k in ("executor_ideal_s", "first_data_call_s", "first_executor_answer_s",
+                              "first_executor_call_s", "limit_with_first_answer_s", "physical_s",
+                              "query_ratio", "query_window_s", "ratio_with_first_answer", "read_window_s")}
+    shard.update(shard="s-0", backlog_bytes=27_000_000)
+    run = {"shards": shards, "worst_shard": "s-0", "per_shard": [shard], "read_ratio_worst": ratio,
+           "read_ratio_median": ratio, "records_read": 10, "records_written": 10, "refused_source": 0,
+           "refused_by_reason": {}, "query_seconds": 20.0}
+    if backend is not None:
+        run["backend"] = backend
+    return run
+
+
+def test_catch_up_is_judged_per_kinesis_server() -> None:
+    results = _results(commit_calls=10, raw_ratio=0.95)
+    neighbour = {"setting": "default", "record_bytes": 10_000, "neighbour_limit": 105, "run_seconds": 300.0,
+                 "backlog_bytes": 1, "source_bytes_per_s": 1048576.0, "source_bytes_per_s_from_first": 1048576.0,
+                 "source_refused": 0, "source_refused_by_reason": {}, "source_refused_per_minute": 0.0,
+                 "source_refused_at": [], "neighbour_bytes_per_s": 1048576.0, "neighbour_calls": 300,
+                 "neighbour_refused": 0, "neighbour_refused_by_reason": {}, "server_failures": []}
+    cap = {"cap": "0.5MiB", "bytes_per_s": 0.49 * 1048576, "executor_bytes_per_s": 0.49 * 1048576,
+           "refused_source": 0, "run_seconds": 40.0, "backlog_bytes": 1, "data_calls": 10, "span_seconds": 38.0}
+    results["catchup"] = {"record_bytes": 1000, "skip_seconds": 10.0, "neighbour": [neighbour], "cap": cap,
+                          "catch_up": [_catch_up_run("moto", 1, 0.89), _catch_up_run("canned", 1, 0.96)]}
+    judged = {t["target"]: t for t in report.targets(results) if t["target"].startswith("catch-up (AvailableNow) on")}
+    assert {name.split(",")[0]: t["pass"] for name, t in judged.items()} == {
+        "catch-up (AvailableNow) on moto": False, "catch-up (AvailableNow) on the canned server": True}
+    assert "| canned | 1 | 25.7 MiB |" in report.render(results)
+    results["catchup"]["catch_up"] = [_catch_up_run(None, 1, 0.89)]  # before the canned runs: moto's
+    assert [t["target"].split(",")[0] for t in report.targets(results) if "on moto" in t["target"]] == [
+        "catch-up (AvailableNow) on moto"]
