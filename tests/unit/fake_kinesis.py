@@ -10,8 +10,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from types import SimpleNamespace
 
 from botocore.exceptions import ClientError
+from botocore.hooks import HierarchicalEmitter
 
 
 @dataclass
@@ -51,6 +53,9 @@ class FakeKinesis:
         self.throttle_next: int = 0  # the next N GetRecords calls are refused for throughput
         # Added to every non-zero MillisBehindLatest, as if it were measured to "now".
         self.behind_extra_ms: int = 0
+        # botocore's event system, as a client has it: GetRecords emits before-parse (for
+        # note_receipts) as a real client does once the answer is in
+        self.meta = SimpleNamespace(events=HierarchicalEmitter())
 
     # iterators are "<shard>|<index of next record>|<empty pages crossed before it>"
     def get_shard_iterator(self, StreamName, ShardId, ShardIteratorType, **kw):
@@ -118,6 +123,7 @@ class FakeKinesis:
         }
         if not (shard.closed and nxt >= len(shard.records)):
             out["NextShardIterator"] = f"{shard_id}|{nxt}|0"
+        self.meta.events.emit("before-parse.kinesis.GetRecords")
         return out
 
     def describe_stream_summary(self, StreamName):
