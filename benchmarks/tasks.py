@@ -74,7 +74,8 @@ def measure(spark: Any, url: str, shards: int, active: int, per_task: int | None
             backend: str = "moto") -> dict[str, Any]:
     """One query on a new stream of ``shards`` shards, ``active`` of them fed: on moto (a
     :class:`Feeders` writes to it) or on the canned server's live stream (``backend="canned"``;
-    its records arrive by the clock, no writer). DynamoDB is moto's either way."""
+    its records arrive by the clock, no writer; DynamoDB then on the stub, with the same
+    latency). DynamoDB is never behind the quota proxy: its quotas are Kinesis'."""
     checkpoint = tempfile.mkdtemp(prefix="kddb-tasks-")
     with contextlib.ExitStack() as stack:
         if backend == "canned":
@@ -150,7 +151,8 @@ def measure(spark: Any, url: str, shards: int, active: int, per_task: int | None
         # the quota proxy's count over the window: refusals, and the busiest shard's calls
         # a second in a 10 s window (driver and executors together)
         **budget,
-        # the Kinesis server's CPU over the window (cores): one Python process serves every call
+        # the Kinesis server's CPU over the window (cores): one Python process (moto's also
+        # serves DynamoDB)
         "server_cpu_cores": server_busy,
     }
 
