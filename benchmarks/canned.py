@@ -100,6 +100,10 @@ class StreamSpec:
         """Records in the whole stream."""
         return sum(self.per_shard().values())
 
+    def shard_bytes(self) -> int:
+        """A fed shard's records' bytes as Kinesis' quotas count them: data and partition key."""
+        return sum(self.record_bytes + len(partition_key(i)) for i in range(self.records_per_shard))
+
     def arrival(self, origin: float, seq: str) -> float:
         """When record ``seq`` of a live stream arrived (epoch seconds), ``origin`` being the
         server's :attr:`CannedKinesisServer.origin`."""
@@ -110,6 +114,11 @@ class StreamSpec:
 def shard_id(index: int) -> str:
     """Kinesis' shard id of the ``index``-th shard."""
     return f"shardId-{index:012d}"
+
+
+def partition_key(index: int) -> str:
+    """The partition key of record ``index`` of a shard."""
+    return f"pk-{index}"
 
 
 def seq_of(shard: int, index: int) -> int:
@@ -148,7 +157,7 @@ class _Shard:
             arrival = (self.first_ms + i * step_ms) / 1000
             records.append(
                 f'{{"SequenceNumber":"{seq_of(index, i)}","ApproximateArrivalTimestamp":'
-                f'{arrival:.3f},"Data":"{data}","PartitionKey":"pk-{i}"}}'.encode()
+                f'{arrival:.3f},"Data":"{data}","PartitionKey":"{partition_key(i)}"}}'.encode()
             )
         self.records = records
         # Records per page within Kinesis' 10 MiB cap (the data is what counts).

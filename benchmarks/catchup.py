@@ -329,9 +329,7 @@ def catch_up(spark: Any, url: str, shards: int, per_shard: int, backend: str = "
             spec = StreamSpec(f"catchup-{shards}-{uuid.uuid4().hex[:8]}", shards, per_shard, RECORD_BYTES)
             server = stack.enter_context(CannedKinesisServer([spec]))
             kinesis_url, stream, shard_ids = server.url, spec.name, spec.shard_ids()
-            # as Kinesis and the proxy count them: the data and the partition key ("pk-<i>")
-            size = sum(RECORD_BYTES + len(f"pk-{i}") for i in range(per_shard))
-            backlog = dict.fromkeys(shard_ids, size)
+            backlog = dict.fromkeys(shard_ids, spec.shard_bytes())
         else:
             client, stream, keys = _stream(url, shards, "catchup")
             kinesis_url, shard_ids = url, [shard for shard, _ in keys]

@@ -3,6 +3,7 @@ rate on the fed shards only, and nothing reads a record before it has arrived.""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -67,4 +68,7 @@ def test_only_every_kth_shard_is_fed_and_a_shard_stops_at_its_capacity(clock: di
     clock["t"] = backend.origin + 100.0  # far past 50 records at 10 a second
     assert SPEC.per_shard() == {shard_id(0): 50, shard_id(1): 0, shard_id(2): 50, shard_id(3): 0}
     assert _page(backend, _iterator(backend, 1, "TRIM_HORIZON"))["Records"] == []
-    assert len(_page(backend, _iterator(backend, 2, "TRIM_HORIZON"))["Records"]) == 50
+    full = _page(backend, _iterator(backend, 2, "TRIM_HORIZON"))["Records"]
+    assert len(full) == 50
+    # what a catch-up's physical limit is computed from: the bytes the quota proxy counts
+    assert SPEC.shard_bytes() == sum(len(base64.b64decode(r["Data"])) + len(r["PartitionKey"]) for r in full)
