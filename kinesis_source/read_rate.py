@@ -65,6 +65,18 @@ MIN_LEARN_SPAN_S = 1.0
 # The cap's bucket: this many seconds of the cap. More than a call interval, so that it never
 # fills up (and wastes its refill) while a read waits for its next call.
 CAP_BURST_S = 2.0
+# A count estimated from arrival times is asked for this much more: what an estimate misses
+# costs the read a call, what it adds costs bytes (or, timing a read's last call, a little wait).
+ESTIMATE_MARGIN = 0.05
+# Record rates by arrival come from spans at least this long: a producer's batches make shorter
+# ones coarse.
+MIN_RATE_SPAN_S = 0.25
+
+
+def records_between(first_at: float, last_at: float, rate: float) -> int:
+    """How many records arrive from ``first_at`` to ``last_at`` (epoch seconds, the server's
+    clock) at ``rate`` records a second, ``ESTIMATE_MARGIN`` more; at least one."""
+    return max(1, math.ceil(max(0.0, last_at - first_at) * rate * (1 + ESTIMATE_MARGIN)))
 
 
 def page_bytes(records: list[dict]) -> int:

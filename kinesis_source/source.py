@@ -293,7 +293,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         hashes = self.planner.hash_ranges() if ranges else {}
         booked, report_to = self.planner.hand_over(ranges) if ranges else ({}, None)
         reads = [
-            ShardRead(r, arns.get(r.stream), hashes.get(r.shard), *booked.get(r.shard, (None, 0.0, None, None)))
+            ShardRead(r, arns.get(r.stream), hashes.get(r.shard), *booked.get(r.shard, (None, 0.0, None, None, None)))
             for r in ranges
         ]
         per_task = shards_per_task(len(reads), self._opts.shards_per_task, self._parallelism)

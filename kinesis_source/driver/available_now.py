@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kinesis_source.aws.kinesis import ShardInfo
 from kinesis_source.driver.probe import SETTLE_TIMEOUT_S, TailProber
@@ -22,6 +22,12 @@ class Target:
 
     caps: dict[ShardId, str | None]
     closed: frozenset[ShardId]
+    # when each cap arrived (epoch seconds, the server's clock), where the probe saw it
+    arrivals: Mapping[ShardId, float] = field(default_factory=dict)
+
+    def arrival(self, key: ShardId, seq: str) -> float | None:
+        """When ``seq`` arrived, if it is ``key``'s cap and the probe saw its arrival."""
+        return self.arrivals.get(key) if self.caps.get(key) == seq else None
 
     def bound(
         self, starts: dict[ShardId, Position]
@@ -70,4 +76,5 @@ async def find_target(listing: Mapping[str, list[ShardInfo]], prober: TailProber
     closed = frozenset(
         ShardId(stream, s.shard_id) for stream, shards in listing.items() for s in shards if s.is_closed
     )
-    return Target({sid: r.tip for sid, r in results.items()}, closed)
+    arrivals = {sid: r.tip_at for sid, r in results.items() if r.tip is not None and r.tip_at is not None}
+    return Target({sid: r.tip for sid, r in results.items()}, closed, arrivals)

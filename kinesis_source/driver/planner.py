@@ -59,9 +59,10 @@ SUBSCRIBE_GAP_S = 5.1
 _TARGET_WAIT_S = 0.5
 
 # What an executor read gets from planning: the iterator and first record the probe found at
-# the range's start (or None), the wall-clock time its first call is booked for, and how many
-# records the range holds (None: not known).
-Booking = tuple[tuple[str, str | None] | None, float, int | None, RateState]
+# the range's start (or None), the wall-clock time its first call is booked for, how many
+# records the range holds (None: not known), the shard's byte model, and when the range's end
+# record arrived (epoch seconds; None: not known, or the size is).
+Booking = tuple[tuple[str, str | None] | None, float, int | None, RateState, float | None]
 
 
 class Planner:
@@ -426,12 +427,16 @@ class Planner:
             opener = self._prober_ready().opener(rng.shard, rng.start)
             at, self._bookings[rng.shard] = self.budget.book_read(rng.shard, opener is None, now)
             self._booked += 1
-            records = None
+            records = end_at = None
             if self._tips is not None:
                 records = self._tips.read_size(rng.shard, rng.start, rng.end_seq)
                 self._tips.handed(rng.shard, rng.start, rng.end_seq)
+                if records is None:
+                    end_at = self._tips.arrival(rng.shard, rng.end_seq)
+            if end_at is None and records is None and self._target is not None:
+                end_at = self._target.arrival(rng.shard, rng.end_seq)
             rate = self.byte_budget.hand_out(rng.shard, records)
-            out[rng.shard] = (opener, wall + (at - now), records, rate)
+            out[rng.shard] = (opener, wall + (at - now), records, rate, end_at)
         return out, address
 
     def stats(self) -> dict[str, Any]:

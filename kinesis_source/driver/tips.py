@@ -27,7 +27,6 @@ import asyncio
 import heapq
 import itertools
 import logging
-import math
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -40,6 +39,7 @@ from kinesis_source.aws.kinesis import THROTTLED
 from kinesis_source.driver.budget import GET_RECORDS, CallBudget
 from kinesis_source.driver.probe import SETTLE_PAUSE_S, ProbeResult, TailProber
 from kinesis_source.positions import AFTER, AT, Position, ShardId, seq_key
+from kinesis_source.read_rate import MIN_RATE_SPAN_S, records_between
 from kinesis_source.tip_reports import WATCH_ENDED, WATCH_LEASE_S, TipReport
 
 log = logging.getLogger(__name__)
@@ -52,12 +52,8 @@ MAX_ORDINALS = 16  # counted sequence numbers kept per shard (the last few batch
 # executor would read past its end costs more of the shard's 2 MiB/s than the probe that then
 # finds the tip costs of its calls. Below, the read goes past the end and its report is the tip.
 EXACT_READ_BYTES_PER_S = 100_000
-# A range whose size is estimated (from its ends' arrival times) is asked for this much more:
-# what an estimate misses costs the read a call, what it adds costs bytes.
-ESTIMATE_MARGIN = 0.05
 # The record rate comes from counted runs of records whose ends' arrivals are known: spans
-# shorter than this are not used, longer ones count in proportion up to RATE_SPAN_S.
-MIN_RATE_SPAN_S = 0.25
+# shorter than MIN_RATE_SPAN_S are not used, longer ones count in proportion up to this.
 RATE_SPAN_S = 5.0
 
 
@@ -332,7 +328,14 @@ class TipTable:
             rate = entry.record_rate
         if first is None or last is None or last < first or not rate:
             return None
-        return max(1, math.ceil((last - first) * rate * (1 + ESTIMATE_MARGIN)))
+        return records_between(first, last, rate)
+
+    def arrival(self, key: ShardId, seq: str) -> float | None:
+        """When record ``seq`` of ``key`` arrived (epoch seconds, the server's clock), if a
+        probe or read saw it as a tip."""
+        with self._lock:
+            entry = self.entries.get(key)
+            return None if entry is None else entry.arrivals.get(seq)
 
     def handed(self, key: ShardId, start: Position, end_seq: str) -> None:
         """A range of ``key`` went to a read: its report, which says how many records it held,

@@ -27,6 +27,7 @@ class ShardRead:
     not_before: float = 0.0  # epoch seconds: the driver booked the first call for then
     records: int | None = None  # how many records the range holds, when the driver knows
     rate: RateState | None = None  # the shard's byte model as the driver hands it on
+    end_at: float | None = None  # when the range's end record arrived (epoch s), if its size is unknown
 
     def __repr__(self) -> str:
         # The opener's iterator is a credential-like token for the shard: kept out of logs.

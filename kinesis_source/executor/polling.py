@@ -29,6 +29,7 @@ from kinesis_source.aws.kinesis import (
     INVALID_ARGUMENT,
     NOT_FOUND,
     Page,
+    arrival_seconds,
     expiry_retry,
     is_expired,
     is_throttled,
@@ -39,7 +40,7 @@ from kinesis_source.aws.kinesis import (
 )
 from kinesis_source.executor.cursor import RangeReaderBase, RawPage
 from kinesis_source.positions import AFTER, Position, ShardRange, seq_key
-from kinesis_source.read_rate import RateState, ShardBytes, page_bytes
+from kinesis_source.read_rate import MIN_RATE_SPAN_S, RateState, ShardBytes, page_bytes, records_between
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class RangeReader(RangeReaderBase):
         attempts: int = 11,
         stream_arn: str | None = None,
         held_interval_s: float | None = None,
+        end_at: float | None = None,
     ) -> None:
         """``records``: how many records the range holds, when planning knows or estimates it
         (then each call asks for what is left of them, not ``limit``: records past the end would
@@ -80,7 +82,10 @@ class RangeReader(RangeReaderBase):
         ``attempts``: most tries of a throttled call (``maxRetries`` + 1); ``stream_arn``: the
         stream's ARN when it was given by ARN (``GetRecords`` names it); ``held_interval_s``:
         the spacing of pages after the second while the driver holds its probes of the shard
-        (the read then has the shard's whole call budget; None: ``page_interval_s`` always)."""
+        (the read then has the shard's whole call budget; None: ``page_interval_s`` always);
+        ``end_at``: when the range's end record arrived (epoch seconds, the server's clock),
+        for a range of unknown size: the read then estimates what is left from its records'
+        arrivals, to time its last call."""
         super().__init__(rng, fail_on_data_loss)
         self._client = client
         self._limit = limit
@@ -98,6 +103,9 @@ class RangeReader(RangeReaderBase):
         self.bytes = ShardBytes(max_rate, rate, time.time())
         self._attempts = attempts
         self._arn_arg = {"StreamARN": stream_arn} if stream_arn else {}
+        self._end_at = end_at
+        # (first record's arrival, records received since, last one's arrival)
+        self._arrivals: tuple[float, int, float] | None = None
 
     def _handed_over_page(self) -> Page | None:
         """The first page from the driver's iterator, if it starts with the expected record."""
@@ -139,6 +147,32 @@ class RangeReader(RangeReaderBase):
             # few calls.
             left = max(math.ceil(self._records * FOLLOW_UP_SHARE), -left)
         return max(1, min(self._limit, left + (1 if cursor.unchecked else 0)))
+
+    def _left(self, records: int) -> int | None:
+        """Records the range still holds, when they fit one call (``records``: the next call's
+        ``Limit``): counted or estimated by planning, or, for a range of unknown size whose end
+        record's arrival is known, estimated at the rate this read's records arrived (over at
+        least ``MIN_RATE_SPAN_S``). None otherwise."""
+        if self._records is not None:
+            return records if records < self._limit else None
+        if self._end_at is None or self._arrivals is None:
+            return None
+        first_at, received, last_at = self._arrivals
+        if last_at - first_at < MIN_RATE_SPAN_S:
+            return None
+        left = records_between(last_at, self._end_at, (received - 1) / (last_at - first_at))
+        return left if left < self._limit else None
+
+    def _seen(self, records: list[dict]) -> None:
+        """Note the arrivals of a page's records (for :meth:`_left`)."""
+        if self._end_at is None or not records or "ApproximateArrivalTimestamp" not in records[-1]:
+            return
+        last_at = arrival_seconds(records[-1])
+        if self._arrivals is None:
+            self._arrivals = (arrival_seconds(records[0]), len(records), last_at)
+        else:
+            first_at, received, _ = self._arrivals
+            self._arrivals = (first_at, received + len(records), last_at)
 
     def _called(self, op: str) -> None:
         self.calls += 1
@@ -186,8 +220,9 @@ class RangeReader(RangeReaderBase):
             wait = self._last_call + spacing - time.monotonic()
         wait = max(wait, model.wait_s(model.want_bytes(records, interval), time.time()))
         next_spacing = self._spacing(calls=len(self.call_times["GetRecords"]) + 1)
-        if records < self._limit and model.record_bytes is not None:  # the rest fits one call
-            wait = model.end_wait(records * model.record_bytes, wait, next_spacing, time.time())
+        left = self._left(records)
+        if left is not None and model.record_bytes is not None:  # the rest fits one call
+            wait = model.end_wait(left * model.record_bytes, wait, next_spacing, time.time())
         if wait > 0:
             time.sleep(wait)  # pacing to the shard's budgets, not waiting on a condition
         self._last_call = time.monotonic()
@@ -212,6 +247,7 @@ class RangeReader(RangeReaderBase):
                     raise
         page = Page.from_api(resp)
         self.bytes.spend(page_bytes(page.records), len(page.records), received_at(time.time()))
+        self._seen(page.records)
         return page
 
     def _fetch(self) -> Page:

@@ -7,7 +7,7 @@ import pytest
 from kinesis_source.errors import DataLossError, RangeIncompleteError
 from kinesis_source.executor.polling import RangeReader
 from kinesis_source.positions import Position, ShardRange
-from kinesis_source.read_rate import LEARN_STEP_SHARE, MARGIN_BYTES, MIB, SHARD_BYTES_PER_S
+from kinesis_source.read_rate import LEARN_STEP_SHARE, MARGIN_BYTES, MIB, SHARD_BYTES_PER_S, RateState
 from tests.unit.fake_kinesis import FakeKinesis, FakeShard, log_of
 
 
@@ -291,3 +291,42 @@ def test_throttles_past_the_attempts_fail_the_read(monkeypatch):
     with pytest.raises(Exception, match="ProvisionedThroughputExceeded"):
         list(reader.pages())
     assert fake.calls.count("GetRecords") == 3
+
+
+def _paced_read(monkeypatch, recs, size, end_at):
+    """Read all of ``recs`` (``size`` bytes each) from a drained byte model, on a fake clock;
+    returns (the calls' Limits, when the last call came: seconds after the start)."""
+    fake = FakeKinesis({"a": FakeShard(recs, payloads={s: b"x" * size for s, _ in recs})})
+    clock = [1000.0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    for name in ("time", "monotonic"):
+        monkeypatch.setattr(f"kinesis_source.executor.polling.time.{name}", lambda: clock[0])
+    monkeypatch.setattr("kinesis_source.executor.polling.time.sleep", sleep)
+    monkeypatch.setattr("kinesis_source.executor.polling.random.random", lambda: 0.0)
+    rng = ShardRange("s", "a", Position.trim_horizon(), recs[-1][0])
+    reader = RangeReader(fake, rng, 10000, page_interval_s=0.5, rate=RateState(0.0, clock[0]), end_at=end_at)
+    assert [r["SequenceNumber"] for page in reader.pages() for r in page] == [s for s, _ in recs]
+    return fake.limits, clock[0] - 1000.0
+
+
+def test_a_range_of_unknown_size_times_its_last_call_by_its_end_records_arrival(monkeypatch):
+    """Issue 20: a catch-up's range has no size, and its reads are paced by the shard's byte
+    budget. Without knowing what is left, the last call came when a full call's bytes had
+    refilled, up to a call spacing after the rest was there. Knowing when the range's end record
+    arrived, the read estimates the rest from its records' arrival rate and calls when it is
+    there, in one call fewer."""
+    recs, size = log_of(70, spacing=0.1), 60_000
+    all_there = (70 * (size + 1) + MARGIN_BYTES) / SHARD_BYTES_PER_S  # drained bucket, 2 MiB/s
+    blind_limits, blind_last = _paced_read(monkeypatch, recs, size, None)
+    limits, last = _paced_read(monkeypatch, recs, size, recs[-1][1])
+    assert len(limits) == len(blind_limits) - 1
+    assert all_there <= last <= all_there + 0.1 < blind_last - 0.25
+    # An estimate is only made from a span of arrivals: a bunched backlog reads as before.
+    bunched = [(s, 5000.0) for s, _ in recs]
+    assert _paced_read(monkeypatch, bunched, size, 5000.0) == (blind_limits, blind_last)
+    # An end said to arrive later than it did costs a little wait, never a record.
+    late_limits, late_last = _paced_read(monkeypatch, recs, size, recs[-1][1] + 0.3)
+    assert late_last <= blind_last

@@ -306,7 +306,8 @@ def test_ranges_between_reported_and_probed_records_get_an_estimated_size():
     their records arrived, counted records with known arrivals give the shard's record rate,
     and the range goes out with a size estimated from them, instead of none (with none, the
     read takes everything up to the shard's tip, to read it again in the next batch)."""
-    from kinesis_source.driver.tips import ESTIMATE_MARGIN, EXACT_READ_BYTES_PER_S
+    from kinesis_source.driver.tips import EXACT_READ_BYTES_PER_S
+    from kinesis_source.read_rate import ESTIMATE_MARGIN
 
     recs = log_of(200, spacing=0.1)  # 10 records a second
     fake = TimedFake({"a": FakeShard(recs[:10])})
@@ -314,10 +315,12 @@ def test_ranges_between_reported_and_probed_records_get_an_estimated_size():
     try:
         start = trim_horizon(A)
         end = planner.latest_offset(start)
-        _, address = planner.hand_over(plan_ranges(start, end))
+        booked, address = planner.hand_over(plan_ranges(start, end))
         fake.shards["a"].records.extend(recs[10:16])
         tips = planner._tips
         assert tips.entries[A].arrivals[recs[9][0]] == pytest.approx(recs[9][1])  # the probe's tip
+        # a range of unknown size goes out with its end record's arrival, to time its last call
+        assert booked[A][2] is None and booked[A][4] == pytest.approx(recs[9][1])
         busy = int(EXACT_READ_BYTES_PER_S * 10)  # bytes per report, a report well within 10 s
         for _ in range(2):
             # the read of the range to record 9 saw 6 more, the last one arriving at its time
@@ -332,6 +335,7 @@ def test_ranges_between_reported_and_probed_records_get_an_estimated_size():
         booked = planner.hand_over(plan_ranges(Offset({A: after}), planner.latest_offset(end)))[0]
         # 134 records in 13.4 s at 10 a second, and the margin
         assert booked[A][2] == math.ceil(134 * (1 + ESTIMATE_MARGIN))
+        assert booked[A][4] is None  # sized: the arrival is not needed
         # the read's report says how many records the range held: it is counted from then on
         assert applied(address, [TipReport(A, recs[149][0], 0, None, {}, recs[149][0], 0, busy, 0,
                                            seq_at=recs[149][1], in_range=134)])
@@ -342,7 +346,8 @@ def test_ranges_between_reported_and_probed_records_get_an_estimated_size():
 
 def test_an_estimated_size_is_the_arrivals_distance_at_the_shards_record_rate():
     from kinesis_source.driver.budget import GET_RECORDS, CallBudget
-    from kinesis_source.driver.tips import ESTIMATE_MARGIN, ShardTip, TipTable
+    from kinesis_source.driver.tips import ShardTip, TipTable
+    from kinesis_source.read_rate import ESTIMATE_MARGIN
 
     table = TipTable(None, CallBudget({GET_RECORDS: 2.0}), 0.1, 10.0)  # type: ignore[arg-type]
     table.entries[A] = ShardTip(Position.trim_horizon(), byte_rate=1_000_000.0, record_rate=100.0,
@@ -425,3 +430,24 @@ def test_a_watch_whose_reports_stop_loses_the_shard_to_the_probes_after_its_leas
         fake.shards["a"].records.extend(recs[10:20])
         wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[19][0]),
                  timeout=10, what="the probe after the lease")
+
+
+def test_an_available_now_range_goes_out_with_its_caps_arrival():
+    """Issue 20: a catch-up's range (of unknown size) ends at the record the run's target fixed.
+    The tip table may never have seen that record as a tip (newer ones arrived before its first
+    probe): the target's probe saw when it arrived, and the read gets that, to time its last
+    call."""
+    recs = log_of(40, spacing=0.1)
+    fake = TimedFake({"a": FakeShard(recs[:20])})
+    planner = reporting_planner(fake)
+    try:
+        planner.prepare_available_now()
+        fake.shards["a"].records.extend(recs[20:])  # arrived after the run began: not read
+        start = trim_horizon(A)
+        end = planner.latest_offset(start)
+        assert end.shards[A] == Position.after(recs[19][0])
+        assert planner._tips.arrival(A, recs[19][0]) is None  # the table's tips are newer
+        booked, _ = planner.hand_over(plan_ranges(start, end))
+        assert booked[A][2] is None and booked[A][4] == pytest.approx(recs[19][1])
+    finally:
+        planner.close()
