@@ -16,22 +16,33 @@ its per-shard call budget (a shard's tip moves at most once per ``minProbeInterv
 reads are booked), so its batches/s counts batches that find no new tip too, and the batch time
 is the per-batch cost. Both are reported. A kinesis-ddb batch reads a range only for the shards
 whose tip moved (the source's ``executorReadsBooked`` counts them), so the floor also runs with
-as many partitions as our batches had in the same turn: the floor target compares with that run.
+as many partitions as our batches had in the same turn (on average: a fractional count alternates
+between the two whole numbers around it): the floor target compares with that run.
+
+kinesis-ddb runs on two servers in each turn: moto (its one process serves every read, write and
+DynamoDB call on the two cores Spark uses: about 10 ms of CPU per ``GetRecords``), and the
+canned server's live stream (:mod:`benchmarks.canned`, the same record rate, answering after
+``CANNED_LATENCY_S`` without the client's CPU) with :mod:`benchmarks.ddb_stub` for DynamoDB (the
+same latency), as AWS's servers would.
 
     python -m benchmarks.overhead [--quick]
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import statistics
 import tempfile
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from benchmarks import spark_env
+from benchmarks.canned import CannedKinesisServer, StreamSpec
 from benchmarks.common import (
     create_stream,
     describe,
@@ -44,6 +55,8 @@ from benchmarks.common import (
 SHARDS = 4
 PRODUCER_INTERVAL_S = 0.010
 WARMUP_BATCHES = 3
+CANNED_LATENCY_S = 0.020  # per request, Kinesis and DynamoDB: a region's round trip
+CANNED_RECORD_BYTES = 40  # about the producer's records
 
 
 class Producer:
@@ -117,8 +130,44 @@ def _report(progress: dict[str, Any]) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) else value
 
 
+@contextlib.contextmanager
+def _canned(window: float, repeats: int) -> Iterator[dict[str, str]]:
+    """kinesis-ddb's options on the canned server's live stream (a record per shard every
+    ``PRODUCER_INTERVAL_S``, enough for every turn) and the DynamoDB stub."""
+    from benchmarks.ddb_stub import DynamoStub
+
+    per_shard = int((repeats * (window + 120) + 300) / PRODUCER_INTERVAL_S)
+    spec = StreamSpec(f"overhead-{uuid.uuid4().hex[:8]}", SHARDS, per_shard, CANNED_RECORD_BYTES,
+                      live_rate=1 / PRODUCER_INTERVAL_S)
+    with CannedKinesisServer([spec], latency=CANNED_LATENCY_S) as server, \
+            DynamoStub(latency=CANNED_LATENCY_S) as ddb:
+        yield source_options(server.url, spec.name, dynamodbEndpointUrl=ddb.url, initialPosition="LATEST")
+
+
+def _matched_floor(spark: Any, ours: dict[str, Any], window: float) -> dict[str, Any]:
+    """The floor with as many partitions as ``ours``'s batches read ranges, on average."""
+    parts = round(max(1.0, ours.get("ranges_per_batch", SHARDS)), 2)
+    return {**batches_per_second(spark, "python-floor", {"numPartitions": str(parts)}, window), "partitions": parts}
+
+
+def _on_server(ours: list[dict[str, Any]], matched: list[dict[str, Any]]) -> dict[str, Any]:
+    """kinesis-ddb's figures on one server, and the floor's that matched them."""
+    out = {
+        "kinesis_ddb_bps": summary(r["batches_per_second"] for r in ours),
+        "kinesis_ddb_phase_seconds": _median_phases(ours),
+        "kinesis_ddb_ranges_per_batch": statistics.median(x.get("ranges_per_batch", 0.0) for x in ours),
+        "python_floor_matched_bps": summary(x["batches_per_second"] for x in matched),
+        "python_floor_matched_partitions": [x["partitions"] for x in matched],
+        "python_floor_matched_phase_seconds": _median_phases(matched),
+    }
+    out["floor_ratio"] = (out["kinesis_ddb_phase_seconds"].get("triggerExecution", 0.0)
+                          / out["python_floor_matched_phase_seconds"]["triggerExecution"])
+    return out
+
+
 def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
-    """Both sources, ``repeats`` windows each, alternating."""
+    """Both sources, ``repeats`` windows each, alternating; kinesis-ddb on moto and on the
+    canned server."""
     window, repeats = (5.0, 3) if quick else (15.0, 3)
     kinesis = settings(url).boto3_client("kinesis")
     stream = create_stream(kinesis, SHARDS, "overhead")
@@ -126,17 +175,17 @@ def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
     ours_opts = source_options(url, stream, checkpointTable="kinesis-ddb-bench-overhead",
                                initialPosition="LATEST")
     floor_opts = {"numPartitions": str(SHARDS)}
-    ours, rate, floor, matched = [], [], [], []
-    with Producer(url, stream):
+    ours, rate, floor, matched, canned, canned_matched = [], [], [], [], [], []
+    with Producer(url, stream), _canned(window, repeats) as canned_opts:
         for turn in range(repeats):
             app = {"applicationName": f"{ours_opts['applicationName']}-{turn}"}
             ours.append(batches_per_second(spark, "kinesis-ddb", {**ours_opts, **app}, window))
             rate.append(batches_per_second(spark, "rate-micro-batch", rate_opts, window))
             floor.append(batches_per_second(spark, "python-floor", floor_opts, window))
-            # The floor with as many partitions as our batches just read ranges.
-            parts = max(1, round(ours[-1].get("ranges_per_batch", SHARDS)))
-            matched.append({**batches_per_second(spark, "python-floor", {"numPartitions": str(parts)}, window),
-                            "partitions": parts})
+            matched.append(_matched_floor(spark, ours[-1], window))
+            app = {"applicationName": f"{canned_opts['applicationName']}-{turn}"}
+            canned.append(batches_per_second(spark, "kinesis-ddb", {**canned_opts, **app}, window))
+            canned_matched.append(_matched_floor(spark, canned[-1], window))
     o = summary(r["batches_per_second"] for r in ours)
     r = summary(x["batches_per_second"] for x in rate)
     f = summary(x["batches_per_second"] for x in floor)
@@ -162,6 +211,7 @@ def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
     result["batch_time_ratio_vs_rate"] = ours_t / result["rate_phase_seconds"]["triggerExecution"]
     result["floor_ratio_same_partitions_as_shards"] = ours_t / result["python_floor_phase_seconds"]["triggerExecution"]
     result["floor_ratio"] = ours_t / result["python_floor_matched_phase_seconds"]["triggerExecution"]
+    result["canned"] = {**_on_server(canned, canned_matched), "latency_seconds": CANNED_LATENCY_S}
     print(
         f"  per-batch: kinesis-ddb {describe(o, ' batches/s', 2)} "
         f"({result['kinesis_ddb_ranges_per_batch']:.1f} ranges per batch); rate-micro-batch "
@@ -171,6 +221,16 @@ def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
         f"x{result['floor_ratio']:.2f} the floor's with as many partitions "
         f"(x{result['floor_ratio_same_partitions_as_shards']:.2f} with {SHARDS}); our phases "
         + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in result["kinesis_ddb_phase_seconds"].items()),
+        flush=True,
+    )
+    c = result["canned"]
+    print(
+        f"  per-batch on the canned server ({CANNED_LATENCY_S * 1000:.0f} ms) and the DynamoDB stub: kinesis-ddb "
+        f"{describe(c['kinesis_ddb_bps'], ' batches/s', 2)} ({c['kinesis_ddb_ranges_per_batch']:.1f} ranges per "
+        f"batch); python-floor with {c['python_floor_matched_partitions']} partitions "
+        f"{describe(c['python_floor_matched_bps'], ' batches/s', 2)}; median batch time x{c['floor_ratio']:.2f} "
+        "the floor's; our phases "
+        + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in c["kinesis_ddb_phase_seconds"].items()),
         flush=True,
     )
     return result

@@ -138,7 +138,7 @@ def measure(spark: Any, url: str, shards: int, active: int, per_task: int | None
         "batch_seconds": summary(p["durationMs"]["triggerExecution"] / 1000 for p in window),
         "add_batch_seconds": summary(p["durationMs"].get("addBatch", 0) / 1000 for p in window),
         "latest_offset_seconds": summary(p["durationMs"].get("latestOffset", 0) / 1000 for p in window),
-        # the planner's own answer (Spark's latestOffset adds the DynamoDB commit beside it)
+        # the planner's own answer (Spark's latestOffset phase adds the offsets' round trip)
         "answer_seconds": summary(_report(p).get("lastAnswerMs", 0) / 1000 for p in window),
         "phase_seconds": {
             phase: statistics.median(p["durationMs"].get(phase, 0) / 1000 for p in window)
