@@ -90,8 +90,9 @@ class Checkpointer:
         try:
             result = probe()
         finally:
-            # Even when the probe failed: the write must not outlive this call, and its own
-            # failure (e.g. fenced) is the one to report.
+            # Even when the probe failed: the write must not outlive this call (Spark never
+            # calls stop(), so a run's last write left running would be lost; architecture.md,
+            # "Checkpoints"), and its own failure (e.g. fenced) is the one to report.
             self._committed(epoch, moved, retired, write.result())
         self._fence_checked = True  # the write's transaction checked the epoch just now
         return result
