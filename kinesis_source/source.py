@@ -215,7 +215,8 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         """Exact end of the next batch, or ``start`` when nothing new arrived.
 
         Every batch up to ``start`` is in the sink when Spark calls this, so ``start`` is
-        committed to DynamoDB while the probe runs. pyspark < 4.2 calls this without ``start``:
+        committed to DynamoDB while the probe runs (when a batch follows, the write goes on
+        after this returns and the batch's ``partitions`` waits for it). pyspark < 4.2 calls this without ``start``:
         the probe then starts from the end of the newest batch Spark knows of (the end
         ``partitions`` was last given, which after a restart pyspark announces first, or the end
         this reader returned last; else the initial positions), never from DynamoDB's position
@@ -235,9 +236,12 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         else:
             probe = lambda: planner.latest_offset(begin, max_records)  # noqa: E731
         end = self.checkpointer.before_planning(begin, probe) if start is not None else probe()
+        if end == begin:
+            # No batch follows, so no partitions() or commit() would wait for the write, and
+            # Spark never calls stop(): a run that ends here (AvailableNow, a stop once all is
+            # read) would lose it with the helper.
+            self.checkpointer.settle()
         self._known_end = end
-        if end != begin:
-            self.checkpointer.before_batch()
         out = end.to_dict()
         self._remember(end, end.to_dict())
         return out
@@ -274,7 +278,10 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
 
     @surfaced
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
-        """The shard ranges that hold records, grouped into tasks (``shardsPerTask``)."""
+        """The shard ranges that hold records, grouped into tasks (``shardsPerTask``); first,
+        the check that no newer query owns the application (a fenced query stops before it
+        reads), with the eager DynamoDB write of ``latestOffset`` waited for."""
+        self.checkpointer.before_batch()
         from kinesis_source.driver.planner import plan_ranges
         from kinesis_source.driver.tasks import group, shards_per_task
 

@@ -6,6 +6,11 @@ Lives in Spark's driver-side Python helper next to the planner; the application 
 - in ``commit(end)``: Spark finished every batch up to ``end``;
 - eagerly in ``latestOffset(start)``: Spark asks for a new end only once every earlier batch is
   committed to the sink, while ``commit`` lags one batch and never comes for a run's last batch.
+  When a batch follows, that write goes on after ``latestOffset`` returns, beside Spark's own
+  offset-log write, and the batch's ``partitions`` waits for it
+  (:meth:`Checkpointer.before_batch`): a fenced query still stops before it reads. When none
+  follows, ``latestOffset`` waits for it (:meth:`Checkpointer.settle`): Spark never calls
+  ``stop()``, so nothing else would before a run that ends there.
 
 Only positions that move a shard forward are written; each write is fenced by the epoch. A
 shard at ``SHARD_END`` that the offset has retired is dropped from the table in the same write
@@ -17,7 +22,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kinesis_source.checkpoints.callbacks import CommitInfo, commit_info, load_callback, notify
@@ -30,6 +36,16 @@ log = logging.getLogger(__name__)
 
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Write:
+    """An eager write under way: what it writes, and its ``TransactWriteItems`` calls when done."""
+
+    epoch: int
+    moved: dict[ShardId, Position]
+    retired: list[ShardId]
+    calls: Future[int]
 
 
 class Checkpointer:
@@ -49,6 +65,7 @@ class Checkpointer:
         self._first_start_seen = False
         self._fence_checked = False
         self._writer: ThreadPoolExecutor | None = None
+        self._pending: _Write | None = None
         self.commit_calls = 0
 
     @property
@@ -63,9 +80,12 @@ class Checkpointer:
         while ``probe()`` finds the next end; returns what ``probe`` returned.
 
         The write and the probe are independent (one goes to DynamoDB, the other to Kinesis),
-        so the write runs in a worker thread: a batch pays the longer of the two, not both. A
-        failed write fails the call even if the probe succeeded.
+        so the write runs in a worker thread, and it is left running when the call returns:
+        Spark writes its offset log next, and :meth:`settle` (the batch's ``partitions``, or
+        the driver's next call) waits for the write and raises its failure. When the probe
+        fails, the write is settled first: its own failure (e.g. fenced) is the one reported.
         """
+        self.settle()
         epoch = self._app.claim()
         if not self._first_start_seen:
             self._first_start_seen = True
@@ -86,21 +106,29 @@ class Checkpointer:
             return probe()
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="kinesis-ddb-commit")
-        write = self._writer.submit(self._app.store.commit, epoch, self._app.owner, moved, retired)
+        calls = self._writer.submit(self._app.store.commit, epoch, self._app.owner, moved, retired)
+        self._pending = _Write(epoch, moved, retired, calls)
         try:
-            result = probe()
-        finally:
-            # Even when the probe failed: the write must not outlive this call (Spark never
-            # calls stop(), so a run's last write left running would be lost; architecture.md,
-            # "Checkpoints"), and its own failure (e.g. fenced) is the one to report.
-            self._committed(epoch, moved, retired, write.result())
-        self._fence_checked = True  # the write's transaction checked the epoch just now
-        return result
+            return probe()
+        except BaseException:
+            self.settle()
+            raise
+
+    def settle(self) -> None:
+        """Wait for the eager write, if one is under way: record it, or raise its failure (its
+        positions then count as unwritten, and the next commit writes them again)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        self._committed(pending.epoch, pending.moved, pending.retired, pending.calls.result())
+        self._fence_checked = True  # the write's transaction checked the epoch
 
     def before_batch(self) -> None:
-        """A new batch is about to be planned: make sure no newer query owns the application,
-        so a fenced query stops before reading more. The commit in ``before_planning`` already
-        checked it when it wrote; else one consistent read."""
+        """A batch's tasks are about to be planned: make sure no newer query owns the
+        application, so a fenced query stops before reading more. The eager write of the
+        ``latestOffset`` before checked it in its transaction (waited for here); else one
+        consistent read."""
+        self.settle()
         if self._fence_checked:
             self._fence_checked = False
             return
@@ -108,6 +136,7 @@ class Checkpointer:
 
     def commit(self, end: Offset) -> None:
         """Write the shards of ``end`` that moved forward, then call the callbacks."""
+        self.settle()
         epoch = self._app.claim()
         moved = self._moved(end)
         retired = self._retired(end, moved)
@@ -116,7 +145,16 @@ class Checkpointer:
             self._committed(epoch, moved, retired, calls)
 
     def close(self) -> None:
-        """Stop the commit worker thread, if any."""
+        """Wait for an eager write under way (a failure is logged: the query is stopping, and
+        a resume reads those records again) and stop the commit worker thread, if any."""
+        try:
+            self.settle()
+        except Exception as exc:  # noqa: BLE001 - reported, the stop goes on
+            log.warning(
+                "the last positions of application %s were not written to DynamoDB table %s (%s): "
+                "a resume from the table reads them again",
+                self._opts.application_name, self._opts.checkpoint_table, exc,
+            )
         if self._writer is not None:
             self._writer.shutdown(wait=True)
             self._writer = None

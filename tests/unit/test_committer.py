@@ -1,5 +1,6 @@
-"""The checkpointer's eager commit in ``latestOffset``: written while the probe runs, its
-failure reported, and the epoch check it makes not repeated; and which finished shards it drops
+"""The checkpointer's eager commit in ``latestOffset``: written while the probe runs and on
+after it (the batch's planning waits for it), its failure reported before the batch reads, and
+the epoch check it makes not repeated; and which finished shards it drops
 from the table. The DynamoDB store is replaced by an in-memory one (the store itself is tested
 against moto in tests/integration)."""
 
@@ -78,19 +79,56 @@ def test_the_commit_runs_while_the_probe_runs(checkpointer):
         return "end"
 
     assert checkpointer.before_planning(offset("10"), probe) == "end"
+    checkpointer.before_batch()
     assert store.commits == [{sid("shardId-0"): Position.after("10")}]
     assert checkpointer.commit_calls == 1
 
 
-def test_a_failed_commit_fails_the_call_even_when_the_probe_succeeded(checkpointer):
+def test_latest_offset_returns_before_the_write_and_the_batch_waits_for_it(checkpointer):
+    """Spark writes its offset log after ``latestOffset``: the DynamoDB write goes on beside it
+    instead of before it, and the batch's planning (``partitions``) waits for it."""
+    store = checkpointer.app.store
+    store.release.clear()  # the write cannot finish until released
+    assert checkpointer.before_planning(offset("10"), lambda: "end") == "end"
+    assert store.started.wait(DEADLINE_S), "the write did not start"
+    assert checkpointer.commit_calls == 0 and sid("shardId-0") not in checkpointer.app.stored
+    store.release.set()
+    checkpointer.before_batch()
+    assert store.commits == [{sid("shardId-0"): Position.after("10")}]
+    assert checkpointer.commit_calls == 1 and checkpointer.app.stored[sid("shardId-0")] == Position.after("10")
+    assert store.epoch_checks == 0  # the write's transaction checked the epoch
+
+
+def test_a_failed_write_fails_the_batch_before_it_reads(checkpointer):
     checkpointer.app.store.fail = CheckpointFencedError("claimed by another query")
+    assert checkpointer.before_planning(offset("10"), lambda: "end") == "end"
     with pytest.raises(CheckpointFencedError):
-        checkpointer.before_planning(offset("10"), lambda: "end")
+        checkpointer.before_batch()
     assert checkpointer.commit_calls == 0
     # not recorded as stored: the next call writes it again
     checkpointer.app.store.fail = None
     checkpointer.before_planning(offset("10"), lambda: "end")
+    checkpointer.before_batch()
     assert checkpointer.app.store.commits == [{sid("shardId-0"): Position.after("10")}]
+
+
+def test_a_write_under_way_is_waited_for_by_the_next_call_and_at_stop(checkpointer, caplog):
+    """Without a batch in between (no new data), the next ``latestOffset`` or ``commit`` waits
+    for the write first, so positions are written in order and none twice; at stop a failed
+    last write is reported, not raised."""
+    store = checkpointer.app.store
+    checkpointer.before_planning(offset("10"), lambda: "end")
+    checkpointer.commit(offset("10"))  # Spark's commit of the same end: already written
+    assert store.commits == [{sid("shardId-0"): Position.after("10")}]
+    checkpointer.before_planning(offset("20"), lambda: "end")
+    checkpointer.before_planning(offset("30"), lambda: "end")  # waited for the write of 20 first
+    checkpointer.settle()
+    assert store.commits[1:] == [{sid("shardId-0"): Position.after(s)} for s in ("20", "30")]
+    store.fail = RuntimeError("DynamoDB unreachable")
+    checkpointer.before_planning(offset("40"), lambda: "end")
+    checkpointer.close()
+    assert checkpointer.app.stored[sid("shardId-0")] == Position.after("30")
+    assert "not written to DynamoDB table" in caplog.text and "DynamoDB unreachable" in caplog.text
 
 
 def test_a_failed_probe_still_records_the_commit_it_waited_for(checkpointer):
@@ -158,6 +196,7 @@ def test_a_retired_shard_created_after_the_start_is_forgotten_once_a_child_is_co
                 sid("shardId-4"): Position.trim_horizon()}),
         lambda: "end",
     )
+    c.settle()
     assert c.app.store.commits[-1] == {sid("shardId-3"): Position.after("300")}
     assert c.app.store.forgotten[-1] == [sid("shardId-1")]
     # shardId-0 stays: a resume starts from the stored initial positions (TRIM_HORIZON for it)

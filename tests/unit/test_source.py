@@ -14,11 +14,26 @@ from tests.unit.fake_kinesis import FakeKinesis, FakeShard, log_of
 from tests.unit.test_planner import planner_on
 
 
+class Unfenced:
+    """The checkpointer, as far as ``partitions`` asks it (its fence check before a batch is
+    tested in test_committer.py; here nobody else owns the application)."""
+
+    def before_batch(self) -> None:
+        pass
+
+
+def reader_on(opts: SourceOptions, planner, **kw) -> source.KinesisStreamReader:
+    """A reader with an injected planner and no DynamoDB."""
+    reader = source.KinesisStreamReader(opts, planner=planner, **kw)
+    reader._checkpointer = Unfenced()  # type: ignore[assignment]
+    return reader
+
+
 def test_partitions_carry_their_shards_hash_range_to_the_executor():
     fake = FakeKinesis({"a": FakeShard(hash_range=(0, 99)), "b": FakeShard(), "c": FakeShard()})
     planner = planner_on(fake)
     opts = SourceOptions.parse({"streamName": "s", "applicationName": "app", "region": "us-east-1"})
-    reader = source.KinesisStreamReader(opts, planner=planner)
+    reader = reader_on(opts, planner)
     try:
         a, b, gone = ShardId("s", "a"), ShardId("s", "b"), ShardId("s", "gone")
         start = Offset({a: Position.trim_horizon(), b: Position.trim_horizon()})
@@ -63,7 +78,7 @@ def test_partitions_group_shards_into_tasks_each_range_once():
         cases = [({}, 4, 4), ({}, 100, 10), ({"shardsPerTask": "1"}, 2, 10), ({"shardsPerTask": "4"}, 100, 3)]
         for extra, parallelism, tasks in cases:
             opts = SourceOptions.parse({"streamName": "s", "applicationName": "app", "region": "us-east-1", **extra})
-            reader = source.KinesisStreamReader(opts, planner=planner, parallelism=parallelism)
+            reader = reader_on(opts, planner, parallelism=parallelism)
             parts = reader.partitions(start.to_dict(), end.to_dict())
             assert len(parts) == tasks, (extra, parallelism)
             assert sorted(r.shard_id for p in parts for r in p.ranges) == names
@@ -103,13 +118,54 @@ def test_partitions_carry_the_readers_client_settings():
     end = Offset({ShardId("s", "a"): Position.after("5")})
     base = {"streamName": "s", "applicationName": "app", "region": "us-east-1"}
     try:
-        polling = source.KinesisStreamReader(SourceOptions.parse(base), planner=planner)
+        polling = reader_on(SourceOptions.parse(base), planner)
         [part] = polling.partitions(start.to_dict(), end.to_dict())
         assert part.settings.paced_reads and part.settings.read_timeout_s == 30
         efo = SourceOptions.parse({**base, "consumerMode": "efo", "subscribeTimeoutMs": "7000"})
-        reader = source.KinesisStreamReader(efo, planner=planner)
+        reader = reader_on(efo, planner)
         reader._consumers = Consumers()
         [part] = reader.partitions(start.to_dict(), end.to_dict())
         assert part.reads[0].consumer_arn is not None and part.settings.read_timeout_s == 7.0
+    finally:
+        planner.close()
+
+
+class WriteOrder:
+    """The checkpointer, recording when ``latestOffset`` starts its write and waits for it."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def before_planning(self, start, probe):
+        self.calls.append("write")
+        return probe()
+
+    def settle(self) -> None:
+        self.calls.append("wait")
+
+
+class NoStreamEnters:
+    """Where streams added since Spark's checkpoint enter: none here."""
+
+    def entering(self, begin):
+        return {}
+
+
+def test_latest_offset_waits_for_its_write_only_when_no_batch_follows():
+    """A batch's ``partitions`` waits for the eager write; when ``latestOffset`` finds nothing
+    new no batch follows, and Spark never calls ``stop()``: a run that ends there (AvailableNow)
+    would lose the write with the helper unless this call waits for it."""
+    fake = FakeKinesis({"a": FakeShard(log_of(3))})
+    planner = planner_on(fake)
+    opts = SourceOptions.parse({"streamName": "s", "applicationName": "app", "region": "us-east-1"})
+    reader = source.KinesisStreamReader(opts, planner=planner)
+    order = WriteOrder()
+    reader._checkpointer, reader._start = order, NoStreamEnters()  # type: ignore[assignment]
+    try:
+        start = Offset({ShardId("s", "a"): Position.trim_horizon()}).to_dict()
+        end = reader.latestOffset(start)
+        assert end != start and order.calls == ["write"]  # the batch's partitions waits
+        assert reader.latestOffset(end) == end  # nothing new: no batch follows
+        assert order.calls == ["write", "write", "wait"]
     finally:
         planner.close()
