@@ -241,6 +241,8 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
             # Spark never calls stop(): a run that ends here (AvailableNow, a stop once all is
             # read) would lose it with the helper.
             self.checkpointer.settle()
+        else:
+            self.checkpointer.batch_follows()
         self._known_end = end
         out = end.to_dict()
         self._remember(end, end.to_dict())

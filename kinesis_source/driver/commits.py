@@ -40,7 +40,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class _Write:
-    """An eager write under way: what it writes, and its ``TransactWriteItems`` calls when done."""
+    """An eager write under way: what it writes, and its ``TransactWriteItems`` calls when done
+    (nothing moved nor retired: only the epoch check before a batch)."""
 
     epoch: int
     moved: dict[ShardId, Position]
@@ -104,9 +105,7 @@ class Checkpointer:
         self._fence_checked = False
         if not moved and not retired:
             return probe()
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="kinesis-ddb-commit")
-        calls = self._writer.submit(self._app.store.commit, epoch, self._app.owner, moved, retired)
+        calls = self._worker().submit(self._app.store.commit, epoch, self._app.owner, moved, retired)
         self._pending = _Write(epoch, moved, retired, calls)
         try:
             return probe()
@@ -120,13 +119,37 @@ class Checkpointer:
         pending, self._pending = self._pending, None
         if pending is None:
             return
-        self._committed(pending.epoch, pending.moved, pending.retired, pending.calls.result())
-        self._fence_checked = True  # the write's transaction checked the epoch
+        calls = pending.calls.result()
+        if pending.moved or pending.retired:
+            self._committed(pending.epoch, pending.moved, pending.retired, calls)
+        self._fence_checked = True  # the write's transaction (or the check) read the epoch
+
+    def batch_follows(self) -> None:
+        """``latestOffset`` returned a new end: a batch follows, and before it reads the epoch
+        must be checked. Unless this call's write does it, a consistent read starts now, beside
+        Spark's offset-log write, and :meth:`before_batch` waits for it (a batch no longer pays
+        DynamoDB's round trip when its ``latestOffset`` had nothing to write, as after a
+        trigger that found nothing new)."""
+        if self._pending is not None or self._fence_checked:
+            return
+        epoch = self._app.claim()
+        check = self._worker().submit(self._checked, epoch)
+        self._pending = _Write(epoch, {}, [], check)
+
+    def _checked(self, epoch: int) -> int:
+        self._app.store.check_epoch(epoch)
+        return 0
+
+    def _worker(self) -> ThreadPoolExecutor:
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="kinesis-ddb-commit")
+        return self._writer
 
     def before_batch(self) -> None:
         """A batch's tasks are about to be planned: make sure no newer query owns the
         application, so a fenced query stops before reading more. The eager write of the
-        ``latestOffset`` before checked it in its transaction (waited for here); else one
+        ``latestOffset`` before checked it in its transaction, or :meth:`batch_follows` started
+        a check (either waited for here); else (a replayed batch after a restart) one
         consistent read."""
         self.settle()
         if self._fence_checked:

@@ -143,6 +143,9 @@ class WriteOrder:
     def settle(self) -> None:
         self.calls.append("wait")
 
+    def batch_follows(self) -> None:
+        self.calls.append("batch follows")
+
 
 class NoStreamEnters:
     """Where streams added since Spark's checkpoint enter: none here."""
@@ -164,8 +167,9 @@ def test_latest_offset_waits_for_its_write_only_when_no_batch_follows():
     try:
         start = Offset({ShardId("s", "a"): Position.trim_horizon()}).to_dict()
         end = reader.latestOffset(start)
-        assert end != start and order.calls == ["write"]  # the batch's partitions waits
+        # the batch's partitions waits (and the epoch is checked before it reads)
+        assert end != start and order.calls == ["write", "batch follows"]
         assert reader.latestOffset(end) == end  # nothing new: no batch follows
-        assert order.calls == ["write", "write", "wait"]
+        assert order.calls == ["write", "batch follows", "write", "wait"]
     finally:
         planner.close()
