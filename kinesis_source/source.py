@@ -216,11 +216,11 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
 
         Every batch up to ``start`` is in the sink when Spark calls this, so ``start`` is
         committed to DynamoDB while the probe runs (when a batch follows, the write goes on
-        after this returns and the batch's ``partitions`` waits for it). pyspark < 4.2 calls this without ``start``:
-        the probe then starts from the end of the newest batch Spark knows of (the end
-        ``partitions`` was last given, which after a restart pyspark announces first, or the end
-        this reader returned last; else the initial positions), never from DynamoDB's position
-        one batch behind it.
+        after this returns and the batch's ``partitions`` waits for it). pyspark < 4.2 calls
+        this without ``start``: the probe then starts from the end of the newest batch Spark
+        knows of (the end ``partitions`` was last given, which after a restart pyspark announces
+        first, or the end this reader returned last; else the initial positions), never from
+        DynamoDB's position one batch behind it.
         """
         planner = self.planner
         max_records = self._max_records(limit)
