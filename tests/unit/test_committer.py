@@ -1,8 +1,8 @@
 """The checkpointer's eager commit in ``latestOffset``: written while the probe runs and on
-after it (the batch's planning waits for it), its failure reported before the batch reads, and
-the epoch check it makes not repeated; and which finished shards it drops
-from the table. The DynamoDB store is replaced by an in-memory one (the store itself is tested
-against moto in tests/integration)."""
+after it (the batch's planning waits for it), its failure reported before the batch reads; the
+epoch check a batch needs (the write's transaction, else a read started as ``latestOffset``
+returns), never repeated; and which finished shards it drops from the table. The DynamoDB store
+is replaced by an in-memory one (the store itself is tested against moto in tests/integration)."""
 
 from __future__ import annotations
 
