@@ -236,13 +236,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         else:
             probe = lambda: planner.latest_offset(begin, max_records)  # noqa: E731
         end = self.checkpointer.before_planning(begin, probe) if start is not None else probe()
-        if end == begin:
-            # No batch follows, so no partitions() or commit() would wait for the write, and
-            # Spark never calls stop(): a run that ends here (AvailableNow, a stop once all is
-            # read) would lose it with the helper.
-            self.checkpointer.settle()
-        else:
-            self.checkpointer.batch_follows()
+        self.checkpointer.after_planning(batch_follows=end != begin)
         self._known_end = end
         out = end.to_dict()
         self._remember(end, end.to_dict())

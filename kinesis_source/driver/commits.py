@@ -9,8 +9,8 @@ Lives in Spark's driver-side Python helper next to the planner; the application 
   When a batch follows, that write goes on after ``latestOffset`` returns, beside Spark's own
   offset-log write, and the batch's ``partitions`` waits for it
   (:meth:`Checkpointer.before_batch`): a fenced query still stops before it reads. When none
-  follows, ``latestOffset`` waits for it (:meth:`Checkpointer.settle`): Spark never calls
-  ``stop()``, so nothing else would before a run that ends there.
+  follows, ``latestOffset`` waits for it (:meth:`Checkpointer.after_planning`): Spark never
+  calls ``stop()``, so nothing else would before a run that ends there.
 
 Only positions that move a shard forward are written; each write is fenced by the epoch. A
 shard at ``SHARD_END`` that the offset has retired is dropped from the table in the same write
@@ -124,12 +124,18 @@ class Checkpointer:
             self._committed(pending.epoch, pending.moved, pending.retired, calls)
         self._fence_checked = True  # the write's transaction (or the check) read the epoch
 
-    def batch_follows(self) -> None:
-        """``latestOffset`` returned a new end: a batch follows, and before it reads the epoch
-        must be checked. Unless this call's write does it, a consistent read starts now, beside
-        Spark's offset-log write, and :meth:`before_batch` waits for it (a batch no longer pays
-        DynamoDB's round trip when its ``latestOffset`` had nothing to write, as after a
-        trigger that found nothing new)."""
+    def after_planning(self, batch_follows: bool) -> None:
+        """``latestOffset`` is returning: its write goes on only if a batch follows.
+
+        With no batch, the write is waited for now: no ``partitions`` or ``commit`` would wait
+        for it, and Spark never calls ``stop()``, so a run that ends here (AvailableNow, a stop
+        once all is read) would lose it with the helper. With a batch, the epoch must be
+        checked before it reads: unless this call's write does it, a consistent read starts
+        now, beside Spark's offset-log write, and :meth:`before_batch` waits for it (so a batch
+        after a trigger that found nothing new does not pay DynamoDB's round trip there)."""
+        if not batch_follows:
+            self.settle()
+            return
         if self._pending is not None or self._fence_checked:
             return
         epoch = self._app.claim()
@@ -148,7 +154,7 @@ class Checkpointer:
     def before_batch(self) -> None:
         """A batch's tasks are about to be planned: make sure no newer query owns the
         application, so a fenced query stops before reading more. The eager write of the
-        ``latestOffset`` before checked it in its transaction, or :meth:`batch_follows` started
+        ``latestOffset`` before checked it in its transaction, or :meth:`after_planning` started
         a check (either waited for here); else (a replayed batch after a restart) one
         consistent read."""
         self.settle()

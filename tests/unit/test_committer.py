@@ -145,11 +145,11 @@ def test_a_failed_probe_still_records_the_commit_it_waited_for(checkpointer):
 def test_the_epoch_is_read_only_when_no_commit_checked_it_in_this_call(checkpointer):
     store = checkpointer.app.store
     checkpointer.before_planning(offset("10"), lambda: "end")
-    checkpointer.batch_follows()
+    checkpointer.after_planning(batch_follows=True)
     checkpointer.before_batch()
     assert store.epoch_checks == 0  # the commit's transaction checked it
     checkpointer.before_planning(offset("10"), lambda: "end")  # nothing moved: no write
-    checkpointer.batch_follows()
+    checkpointer.after_planning(batch_follows=True)
     checkpointer.before_batch()
     assert store.epoch_checks == 1
     checkpointer.before_batch()  # a check is good for one batch only (a replay after a restart)
@@ -158,7 +158,7 @@ def test_the_epoch_is_read_only_when_no_commit_checked_it_in_this_call(checkpoin
 
 def test_a_batch_after_a_call_with_nothing_to_write_checks_the_epoch_beside_the_offset_log():
     """After a trigger that found nothing new, ``latestOffset`` has nothing to write: the epoch
-    check its batch needs starts when it returns (``batch_follows``), not in ``partitions``, and
+    check its batch needs starts when it returns (``after_planning``), not in ``partitions``, and
     a fenced query still fails there, before it reads; no commit callback runs for a check."""
     opts = SourceOptions.parse({
         "streamName": "s", "applicationName": "app", "region": "us-east-1",
@@ -171,19 +171,19 @@ def test_a_batch_after_a_call_with_nothing_to_write_checks_the_epoch_beside_the_
     c = Checkpointer(app, seen.append)
     try:
         c.before_planning(offset("10"), lambda: "end")
-        c.batch_follows()
+        c.after_planning(batch_follows=True)
         c.before_batch()
         assert seen and store.epoch_checks == 0  # the write checked it
         seen.clear()
         c.before_planning(offset("10"), lambda: "end")  # nothing to write
-        c.batch_follows()
+        c.after_planning(batch_follows=True)
         assert store.checking.wait(DEADLINE_S), "the check did not start when latestOffset returned"
         store.release_check.set()
         c.before_batch()
         assert store.epoch_checks == 1 and seen == []
         store.check_fails = CheckpointFencedError("claimed by another query")
         c.before_planning(offset("10"), lambda: "end")
-        c.batch_follows()
+        c.after_planning(batch_follows=True)
         with pytest.raises(CheckpointFencedError):
             c.before_batch()
     finally:

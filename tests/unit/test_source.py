@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import threading
+
 import kinesis_source.executor as executor
 from kinesis_source import source
 from kinesis_source.aws.clients import AwsSettings
+from kinesis_source.driver.application import Application
+from kinesis_source.driver.commits import Checkpointer
 from kinesis_source.executor import RangePartition, ShardRead
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import Offset, Position, ShardId, ShardRange
 from kinesis_source.tip_reports import ReportAddress
 from tests.support.aggregates import aggregate
 from tests.unit.fake_kinesis import FakeKinesis, FakeShard, log_of
+from tests.unit.test_committer import DEADLINE_S, Listing, MemoryStore
 from tests.unit.test_planner import planner_on
 
 
@@ -130,23 +135,6 @@ def test_partitions_carry_the_readers_client_settings():
         planner.close()
 
 
-class WriteOrder:
-    """The checkpointer, recording when ``latestOffset`` starts its write and waits for it."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def before_planning(self, start, probe):
-        self.calls.append("write")
-        return probe()
-
-    def settle(self) -> None:
-        self.calls.append("wait")
-
-    def batch_follows(self) -> None:
-        self.calls.append("batch follows")
-
-
 class NoStreamEnters:
     """Where streams added since Spark's checkpoint enter: none here."""
 
@@ -158,18 +146,31 @@ def test_latest_offset_waits_for_its_write_only_when_no_batch_follows():
     """A batch's ``partitions`` waits for the eager write; when ``latestOffset`` finds nothing
     new no batch follows, and Spark never calls ``stop()``: a run that ends there (AvailableNow)
     would lose the write with the helper unless this call waits for it."""
-    fake = FakeKinesis({"a": FakeShard(log_of(3))})
+    recs = log_of(3)
+    fake = FakeKinesis({"a": FakeShard(recs)})
     planner = planner_on(fake)
-    opts = SourceOptions.parse({"streamName": "s", "applicationName": "app", "region": "us-east-1"})
+    opts = SourceOptions.parse({"streamName": "s", "applicationName": "app", "region": "us-east-1",
+                                "dynamodbEndpointUrl": "http://127.0.0.1:9"})  # the store is replaced
+    store = MemoryStore()
+    app = Application(opts, store, Listing([]), owner="test")  # type: ignore[arg-type]
+    app.epoch = 3  # claimed
     reader = source.KinesisStreamReader(opts, planner=planner)
-    order = WriteOrder()
-    reader._checkpointer, reader._start = order, NoStreamEnters()  # type: ignore[assignment]
+    reader._checkpointer, reader._start = Checkpointer(app), NoStreamEnters()  # type: ignore[assignment]
+    a = ShardId("s", "a")
     try:
-        start = Offset({ShardId("s", "a"): Position.trim_horizon()}).to_dict()
-        end = reader.latestOffset(start)
-        # the batch's partitions waits (and the epoch is checked before it reads)
-        assert end != start and order.calls == ["write", "batch follows"]
+        start = Offset({a: Position.after(recs[0][0])}).to_dict()
+        store.release.clear()  # the write cannot finish until released
+        end = reader.latestOffset(start)  # a batch follows: returns with its write under way
+        assert end != start and store.started.wait(DEADLINE_S) and store.commits == []
+        store.release.set()
+        reader.checkpointer.before_batch()  # (the batch's partitions)
+        assert store.commits == [{a: Position.after(recs[0][0])}]
+        store.release.clear()
+        release = threading.Timer(0.2, store.release.set)
+        release.start()
         assert reader.latestOffset(end) == end  # nothing new: no batch follows
-        assert order.calls == ["write", "batch follows", "write", "wait"]
+        assert store.commits[-1] == {a: Position.after(recs[2][0])}  # written before it returned
+        release.join()
     finally:
+        reader.checkpointer.close()
         planner.close()
