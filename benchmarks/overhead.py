@@ -186,7 +186,8 @@ def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
             app = {"applicationName": f"{canned_opts['applicationName']}-{turn}"}
             canned.append(batches_per_second(spark, "kinesis-ddb", {**canned_opts, **app}, window))
             canned_matched.append(_matched_floor(spark, canned[-1], window))
-    o = summary(r["batches_per_second"] for r in ours)
+    moto = _on_server(ours, matched)
+    o, m = moto["kinesis_ddb_bps"], moto["python_floor_matched_bps"]
     r = summary(x["batches_per_second"] for x in rate)
     f = summary(x["batches_per_second"] for x in floor)
     result = {
@@ -197,11 +198,10 @@ def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
         "kinesis_ddb_rows_per_batch": statistics.median(x["rows_per_batch"] for x in ours),
         "rate_phase_seconds": _median_phases(rate),
         "python_floor_phase_seconds": _median_phases(floor),
-        **_on_server(ours, matched),  # on moto
+        **moto,
         "overhead_ratio": r["median"] / o["median"],
         "floor_bps_ratio": f["median"] / o["median"],
     }
-    m = result["python_floor_matched_bps"]
     ours_t = result["kinesis_ddb_phase_seconds"].get("triggerExecution", 0.0)
     result["batch_time_ratio_vs_rate"] = ours_t / result["rate_phase_seconds"]["triggerExecution"]
     result["floor_ratio_same_partitions_as_shards"] = ours_t / result["python_floor_phase_seconds"]["triggerExecution"]
