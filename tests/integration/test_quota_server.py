@@ -225,9 +225,12 @@ def test_thirteen_hundred_records_at_once_to_a_shard_are_partly_refused(kinesis,
     written = [w for records, answer in zip(batches, answers, strict=True) for w in _written(records, answer)]
     refused = [e for answer in answers for e in answer["Records"] if "ErrorCode" in e]
     assert len(written) + len(refused) == 1300
-    assert 1000 <= len(written) <= 1000 + 1000 * (max(arrivals) - min(arrivals)) + 1
-    assert refused and all(e == {"ErrorCode": THROTTLED, "ErrorMessage": _rate_exceeded(stream, shard)}
-                           for e in refused)
+    room = 1000 + 1000 * (max(arrivals) - min(arrivals)) + 1  # the bucket and its refill meanwhile
+    assert 1000 <= len(written) <= room
+    # Some are refused unless the requests came so far apart (a loaded machine) that the refill
+    # took them all
+    assert refused or room >= 1300
+    assert all(e == {"ErrorCode": THROTTLED, "ErrorMessage": _rate_exceeded(stream, shard)} for e in refused)
     for records, answer in zip(batches, answers, strict=True):
         failed = ["ErrorCode" in e for e in answer["Records"]]
         assert answer["FailedRecordCount"] == sum(failed)
