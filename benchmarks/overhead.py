@@ -15,7 +15,7 @@ ours (the figure published before the tip table); kinesis-ddb's batches are now 
 its per-shard call budget (a shard's tip moves at most once per ``minProbeIntervalMs``, executor
 reads are booked), so its batches/s counts batches that find no new tip too, and the batch time
 is the per-batch cost. Both are reported. A kinesis-ddb batch reads a range only for the shards
-whose tip moved (the source's ``executorReadsBooked`` counts them), so the floor also runs with
+whose tip moved (the source's ``executorReadsBooked`` and ``rangesCarried`` count them), so the floor also runs with
 as many partitions as our batches had in the same turn (on average: a fractional count alternates
 between the two whole numbers around it): the floor target compares with that run.
 
@@ -118,10 +118,16 @@ def batches_per_second(spark: Any, fmt: str, options: dict[str, str], window: fl
         "phase_seconds": phases,
     }
     if fmt == "kinesis-ddb" and batches:
-        # Ranges read per batch: the executor reads the driver booked (reportLatestOffset).
-        booked = [_report(p).get("executorReadsBooked", 0) for p in progress[first - 1:]]
-        out["ranges_per_batch"] = (booked[-1] - booked[0]) / len(batches)
+        # Ranges read per batch (reportLatestOffset): those read from Kinesis and those carried.
+        ranges = [ranges_planned(_report(p)) for p in progress[first - 1:]]
+        out["ranges_per_batch"] = (ranges[-1] - ranges[0]) / len(batches)
     return out
+
+
+def ranges_planned(report: dict[str, Any]) -> int:
+    """Ranges the source handed to executors so far, by its report: those an executor read from
+    Kinesis (``executorReadsBooked``) and those whose records the partition carried."""
+    return report.get("executorReadsBooked", 0) + report.get("rangesCarried", 0)
 
 
 def _report(progress: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ A Spark streaming query (default trigger and options but endpoints and credentia
 active shard. From the first batch with records, for ``MEASURE_S``, the batches with records
 give: the median and p95 batch time (``triggerExecution``) and its phases (``addBatch``: the
 tasks that read; ``latestOffset``), and the ranges per batch (the source's
-``executorReadsBooked``); the proxy gives the refusals and the busiest shard's calls a second.
+``executorReadsBooked`` and ``rangesCarried``); the proxy gives the refusals and the busiest shard's calls a second.
 Each stream is read with the default grouping of shards into tasks (``shardsPerTask`` from the
 session's parallelism) and, at 1,000 shards on moto, with one task per shard
 (``shardsPerTask=1``, the layout before grouping); the canned server also serves 4,000 shards
@@ -52,7 +52,7 @@ from botocore.config import Config
 from benchmarks.canned import CannedKinesisServer, StreamSpec
 from benchmarks.common import REGION, create_stream, p95, server_cpu_seconds, source_options, summary
 from benchmarks.ddb_stub import DynamoStub
-from benchmarks.overhead import _report
+from benchmarks.overhead import _report, ranges_planned
 from benchmarks.quota import Feeders, _shard_ids, _start, _wait
 from kinesis_source.driver.tasks import shards_per_task
 from tests.support.quota import QuotaProxy
@@ -181,13 +181,14 @@ def _end_ages(window: list[dict[str, Any]], arrival: Callable[[str], float | Non
 
 
 def _ranges_per_batch(progress: list[dict[str, Any]], since: float) -> list[int]:
-    """Ranges read by each batch with records since ``since``: the growth of the source's
-    ``executorReadsBooked`` (reported with the batch's progress)."""
+    """Ranges read by each batch with records since ``since``: the growth of the ranges the
+    source planned (reported with the batch's progress: read from Kinesis, and carried)."""
     out, last = [], None
     for p in progress:
-        booked = _report(p).get("executorReadsBooked")
-        if booked is None:
+        report = _report(p)
+        if "executorReadsBooked" not in report:
             continue
+        booked = ranges_planned(report)
         if last is not None and p["numInputRows"] > 0 and _epoch(p["timestamp"]) >= since:
             out.append(booked - last)
         last = booked

@@ -115,7 +115,8 @@ class SourceOptions(ConnectionOptions):
         2.0,
         "Most `GetRecords` calls this query makes per shard and second, driver probes and "
         "executor reads together (Kinesis allows 5, shared by every application reading the "
-        "shard: the default leaves 3 to the others). Half of it is kept for executor reads. "
+        "shard: the default leaves 3 to the others). Half of it is kept for executor reads, "
+        "except on shards whose ranges the driver carries whole (it read their records already). "
         "See docs/operations.md for the arithmetic.",
         float_in(0, 5),
     )

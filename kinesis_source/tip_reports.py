@@ -10,6 +10,11 @@ end (the next range, up to the reported record, holds that many: it is read with
 shard is being read the driver does not probe it: the report arrives before the batch ends, so
 the next ``latestOffset`` answers from it.
 
+When the records past the end are few (``CARRIED_BYTES_PER_SHARD``, and
+``CARRIED_BYTES_PER_MESSAGE`` over a task's shards) the report carries them (``carried``): they
+are exactly the next range's records, so the driver hands them to its executor instead of
+having them read again (``driver/carried.py``).
+
 A report only ever names a record a read returned, so an end the driver plans from it is a
 record that exists; a report that is lost, late or refused costs the driver a probe, never a
 record. The wire is one TCP connection per task to a listener in the driver's helper: one line
@@ -24,14 +29,18 @@ says it ended.
 
 from __future__ import annotations
 
+import base64
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from typing import Any
 
 from kinesis_source.positions import ShardId, check_seq
 from kinesis_source.read_rate import RateState
 
-MAX_MESSAGE_BYTES = 1 << 20  # a task's report: a line per shard is ~1 KB, with the iterator
+MAX_MESSAGE_BYTES = 4 << 20  # a task's report: a line per shard is ~1 KB, with the iterator...
+CARRIED_BYTES_PER_SHARD = 64 * 1024  # ...and the records past a range's end, when this few...
+CARRIED_BYTES_PER_MESSAGE = 1 << 20  # ...and this few over the task's shards (base64 in JSON)
 MAX_ITERATOR_CHARS = 4096
 CALL_OPS = ("GetRecords", "GetShardIterator")
 MAX_CALLS = 10_000  # call times per operation in one report
@@ -72,6 +81,8 @@ class TipReport:
     # driver estimates how many records a range between two of them holds
     seq_at: float | None = None
     in_range: int | None = None  # records the read returned from its range (polling)
+    # the ``past`` records themselves, in order (``seq`` the last), when the report carries them
+    carried: tuple[dict, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report's JSON object."""
@@ -80,7 +91,8 @@ class TipReport:
                 "readBytes": self.read_bytes, "extraBytes": self.extra_bytes,
                 "rate": self.rate.to_json() if self.rate is not None else None,
                 "throttled": self.throttled, "subscribedAt": self.subscribed_at,
-                "watch": self.watch, "seqAt": self.seq_at, "inRange": self.in_range}
+                "watch": self.watch, "seqAt": self.seq_at, "inRange": self.in_range,
+                "carried": records_to_json(self.carried) if self.carried is not None else None}
 
     @staticmethod
     def from_json(data: Any) -> TipReport:
@@ -123,11 +135,66 @@ class TipReport:
         shard = ShardId.parse(str(data.get("shard")))
         times = {op: [float(t) for t in ts] for op, ts in calls.items()}
         rate = RateState.from_json(data["rate"]) if data.get("rate") is not None else None
+        carried = records_from_json(data["carried"]) if data.get("carried") is not None else None
         return TipReport(shard, check_seq(seq), behind, iterator, times,
                          check_seq(end) if end is not None else None,
                          counts["past"], counts["readBytes"], counts["extraBytes"], rate,
                          counts["throttled"], float(subscribed) if subscribed is not None else None,
-                         watch, float(seq_at) if seq_at is not None else None, in_range)
+                         watch, float(seq_at) if seq_at is not None else None, in_range, carried)
+
+
+def records_to_json(records: tuple[dict, ...]) -> list[dict[str, Any]]:
+    """Kinesis records as JSON: sequence number, data (base64), partition key, arrival."""
+    out = []
+    for r in records:
+        at = r.get("ApproximateArrivalTimestamp")
+        out.append({"seq": r["SequenceNumber"], "data": base64.b64encode(r["Data"]).decode("ascii"),
+                    "key": r.get("PartitionKey"), "at": at.timestamp() if isinstance(at, datetime) else at})
+    return out
+
+
+def records_from_json(data: Any) -> tuple[dict, ...]:
+    """Kinesis records from :func:`records_to_json`, as ``GetRecords`` gives them; raises
+    ``ValueError`` naming what is wrong."""
+    if not isinstance(data, list):
+        raise ValueError("carried is not a list of records")
+    out = []
+    for item in data:
+        if not isinstance(item, dict) or not isinstance(item.get("data"), str):
+            raise ValueError("a carried record has no data")
+        seq, key, at = item.get("seq"), item.get("key"), item.get("at")
+        if not isinstance(seq, str):
+            raise ValueError(f"a carried record's sequence number {seq!r} is not a string")
+        if key is not None and not isinstance(key, str):
+            raise ValueError(f"a carried record's partition key {key!r} is not a string")
+        if at is not None and (not isinstance(at, (int, float)) or isinstance(at, bool) or not 0 <= at < 1e11):
+            raise ValueError(f"a carried record's arrival {at!r} is not a time")
+        try:
+            body = base64.b64decode(item["data"], validate=True)
+        except ValueError as exc:
+            raise ValueError("a carried record's data is not base64") from exc
+        record: dict[str, Any] = {"SequenceNumber": check_seq(seq), "Data": body}
+        if key is not None:
+            record["PartitionKey"] = key
+        if at is not None:
+            record["ApproximateArrivalTimestamp"] = datetime.fromtimestamp(at, tz=timezone.utc)
+        out.append(record)
+    return tuple(out)
+
+
+def within_carry_budget(tips: list[TipReport]) -> list[TipReport]:
+    """The task's reports with carried records dropped past ``CARRIED_BYTES_PER_MESSAGE`` (in
+    order: the first shards keep theirs), so that the message stays under its limit."""
+    left, out = CARRIED_BYTES_PER_MESSAGE, []
+    for tip in tips:
+        if tip.carried is not None:
+            size = sum(len(r["Data"]) for r in tip.carried)
+            if size > left:
+                tip = replace(tip, carried=None)
+            else:
+                left -= size
+        out.append(tip)
+    return out
 
 
 @dataclass(frozen=True)

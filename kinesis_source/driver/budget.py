@@ -87,6 +87,9 @@ class CallBudget:
         self.rates = dict(rates)
         self._windows: dict[tuple[Hashable, str], _Window] = {}
         self.spent: dict[str, int] = defaultdict(int)
+        # Shards whose last range was carried whole (driver/carried.py): executors read none of
+        # it, so no share of their calls is kept for executor reads.
+        self._carried: set[Hashable] = set()
         # Planning state's one lock: the budget's and the tip table's (which shares it). The
         # planner's loop thread changes them; latestOffset reads them from Spark's thread.
         self.lock = threading.RLock()
@@ -97,9 +100,21 @@ class CallBudget:
             w = self._windows[(key, op)] = _Window(self.rates[op])
         return w
 
-    def reserve(self, op: str) -> int:
-        """Calls of a window kept for executor reads: half, so probes and reads alternate."""
+    def reserve(self, op: str, key: Hashable | None = None) -> int:
+        """Calls of a window kept for executor reads: half, so probes and reads alternate;
+        none on a shard whose ranges the driver carries whole (:meth:`carrying`)."""
+        if key is not None and key in self._carried:
+            return 0
         return self._window_size(op) // 2
+
+    def carrying(self, key: Hashable, whole: bool) -> None:
+        """Whether ``key``'s last range went to its executor whole in the partition (no
+        executor call): then the driver's probes may spend the shard's whole budget."""
+        with self.lock:
+            if whole:
+                self._carried.add(key)
+            else:
+                self._carried.discard(key)
 
     def _window_size(self, op: str) -> int:
         return max(1, math.ceil(self.rates[op]))
@@ -151,6 +166,7 @@ class CallBudget:
     def forget(self, key: Hashable) -> None:
         """Drop a shard's windows (it left the query)."""
         with self.lock:
+            self._carried.discard(key)
             for op in self.rates:
                 self._windows.pop((key, op), None)
 
@@ -253,7 +269,7 @@ class PacedKinesis(AsyncKinesis):
             # :meth:`ready` waited for this call and spent it: now is when it is made
             self.budget.settle(key, op, [booked], [now])
             return
-        keep = self.budget.reserve(op)
+        keep = self.budget.reserve(op, key)
         while True:  # several probes of one shard may wait for the same window
             now = time.monotonic()
             at = self.budget.free_at(key, op, keep, now)
@@ -286,7 +302,7 @@ class PacedKinesis(AsyncKinesis):
         while True:
             now = time.monotonic()
             with self.budget.lock:
-                at = max(self.budget.free_at(key, op, self.budget.reserve(op), now) for op in ops)
+                at = max(self.budget.free_at(key, op, self.budget.reserve(op, key), now) for op in ops)
                 wait = max(at - now, self._bytes_wait(key, MAX_LIMIT))
                 if wait <= 0:
                     for op in ops:

@@ -60,9 +60,10 @@ _TARGET_WAIT_S = 0.5
 
 # What an executor read gets from planning: the iterator and first record the probe found at
 # the range's start (or None), the wall-clock time its first call is booked for, how many
-# records the range holds (None: not known), the shard's byte model, and when the range's end
-# record arrived (epoch seconds; None: not known, or the size is).
-Booking = tuple[tuple[str, str | None] | None, float, int | None, RateState, float | None]
+# records the range holds (None: not known), the shard's byte model (None: the read makes no
+# call), when the range's end record arrived (epoch seconds; None: not known, or the size is),
+# and the range's first records, which the driver already read (driver/carried.py).
+Booking = tuple[tuple[str, str | None] | None, float, int | None, RateState | None, float | None, tuple[dict, ...]]
 
 
 class Planner:
@@ -96,6 +97,7 @@ class Planner:
         self._subscribed: dict[ShardId, float] = {}  # fan-out: each shard's last subscription (wall clock)
         self._turn = 0  # rotates which shard a limited batch serves first
         self._booked = 0
+        self._carried_ranges = self._carried_records = 0  # ranges (and records) executors got whole
         self._answer_s = 0.0  # how long the last latest_offset took
         self._read_bytes = self._extra_bytes = 0  # what executors reported reading
         self._executor_throttles = 0  # executor reads' calls refused for throughput, as reported
@@ -134,6 +136,7 @@ class Planner:
                 opts.min_probe_interval_ms / 1000,
                 opts.max_idle_probe_interval_ms / 1000,
                 on_ended=self._listing.stale,
+                carry=opts.consumer_mode != "efo",
             )
 
             def failed(exc: BaseException) -> None:
@@ -367,6 +370,8 @@ class Planner:
             # one within 5 s of the last: the range waits here (probes go on, so its end is
             # fresh when it goes) instead of in a task retrying refused calls.
             return time.time() < self._subscribed.get(sid, 0.0) + SUBSCRIBE_GAP_S
+        if self._tips is not None and self._tips.carries(sid, start):
+            return False  # the range goes to its executor whole: no call to wait for
         now = time.monotonic()
         free = self.budget.free_at(sid, GET_RECORDS, now=now)
         if self._prober is not None and self._prober.opener(sid, start) is None:
@@ -410,21 +415,35 @@ class Planner:
     async def _hand_over(self, ranges: list[ShardRange]) -> tuple[dict[ShardId, Booking], ReportAddress | None]:
         await self._client()
         address = await self._report_address()
-        if address is not None and self._tips is not None:
-            until = time.monotonic() + READ_HOLD_S
-            self._tips.reading([r.shard for r in ranges], until)
+        tips = self._tips
         if self._opts.consumer_mode == "efo":
+            if address is not None and tips is not None:
+                tips.reading([r.shard for r in ranges], time.monotonic() + READ_HOLD_S)
             # The read subscribes after now: its report brings the actual time.
             wall = time.time()
             for rng in ranges:
                 self._subscribed[rng.shard] = max(self._subscribed.get(rng.shard, 0.0), wall)
             return {}, address  # subscriptions do not spend the polling budget
         out: dict[ShardId, Booking] = {}
+        reading = []
         now, wall = time.monotonic(), time.time()
         for rng in ranges:
-            if self._tips is not None:
-                self._tips.hold(rng.shard, False)
+            carried = tips.carry(rng.shard, rng.start, rng.end_seq) if tips is not None else None
+            if tips is not None:
+                tips.hold(rng.shard, False)
+            if carried is not None and carried[1]:
+                # every record of the range is in the partition: the read makes no call, sends no
+                # report, and the driver's probes go on finding the shard's next records
+                out[rng.shard] = (None, 0.0, None, None, None, carried[0])
+                self._carried_ranges += 1
+                self._carried_records += len(carried[0])
+                continue
+            reading.append(rng.shard)
+            prefix: tuple[dict, ...] = ()
             opener = self._prober_ready().opener(rng.shard, rng.start)
+            if carried is not None:
+                prefix = carried[0]
+                opener = (carried[2], None) if carried[2] is not None else None
             at, self._bookings[rng.shard] = self.budget.book_read(rng.shard, opener is None, now)
             self._booked += 1
             records = end_at = None
@@ -435,8 +454,10 @@ class Planner:
                     end_at = self._tips.arrival(rng.shard, rng.end_seq)
             if end_at is None and records is None and self._target is not None:
                 end_at = self._target.arrival(rng.shard, rng.end_seq)
-            rate = self.byte_budget.hand_out(rng.shard, records)
-            out[rng.shard] = (opener, wall + (at - now), records, rate, end_at)
+            rate = self.byte_budget.hand_out(rng.shard, records - len(prefix) if records else records)
+            out[rng.shard] = (opener, wall + (at - now), records, rate, end_at, prefix)
+        if address is not None and tips is not None:
+            tips.reading(reading, time.monotonic() + READ_HOLD_S)
         return out, address
 
     def stats(self) -> dict[str, Any]:
@@ -453,6 +474,10 @@ class Planner:
             "driverRecordsFetched": k.records_fetched if k else 0,
             "budgetWaitS": round(k.waited_s, 3) if isinstance(k, PacedKinesis) else 0.0,
             "executorReadsBooked": self._booked,
+            # ranges whose every record the driver had read (probes, executors' reports) and
+            # handed to the executor in the partition, and how many records they held
+            "rangesCarried": self._carried_ranges,
+            "recordsCarried": self._carried_records,
             "executorBytesRead": self._read_bytes,
             "executorBytesExtra": self._extra_bytes,
             # GetRecords the shards refused for throughput (each retried when its byte model

@@ -14,9 +14,11 @@ Kinesis has no "latest offset" call. For each shard the probe
    (``PacedKinesis.ready``); a wait moves the estimate on by its length, so the page does not
    read what arrived while it waited.
 
-A probe that went on from its iterator remembers it with the first record it found: the
-executor that reads the batch from that start reads on with it (``opener``) instead of asking
-for a new iterator.
+A probe that went on from its iterator returns the records it read there (``run``): they are
+exactly the shard's records after the start, and the tip table carries them to the executor
+that reads the batch from that start (``driver/carried.py``), which then reads none of them
+again. It also remembers the iterator with the first record it found: an executor whose range
+starts there and is not carried reads on with it (``opener``) instead of asking for a new one.
 
 The last record read at the tip is the batch's exact, inclusive end. Any record after the start
 is a valid end: a tip that is a little stale only moves data to the next batch.
@@ -42,7 +44,7 @@ from kinesis_source.errors import (
     report_shard_gone,
 )
 from kinesis_source.executor.cursor import check_opening, opening_position
-from kinesis_source.positions import Position, ShardId, seq_key
+from kinesis_source.positions import AFTER, Position, ShardId, seq_key
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +68,16 @@ ITERATOR_TTL_S = 240.0
 # An iterator handed to an executor must outlive the batch's planning and task start.
 OPENER_TTL_S = 120.0
 _OPENERS_PER_SHARD = 4  # a batch starts at one of the last few probes' starts
-# Records a probe reads on from its last tip in one call. What it reads, the executors read
-# again, from the shard's shared 2 MiB/s: so few that a quiet shard costs one call per probe and
-# a busy one costs the driver a few KB (it then jumps near the tip), not the batch's bytes twice.
-# Fewer where records are large: about WARM_READ_BYTES, by the shard's records seen so far.
+# Records a probe reads on from its last tip in one call: about ``TailProber.warm_bytes`` by the
+# shard's records seen so far (WARM_READ_LIMIT records while their size is not known). What it
+# reads is carried to the executors, not read again; the bytes bound the driver's share of the
+# reading (the tip table sets it from how many shards it tracks), and a busy shard's probe then
+# jumps near the tip.
 WARM_READ_LIMIT = 10
 WARM_READ_BYTES = 10_000
+# At most this many records, whatever their size as last seen (a shard whose records grow does
+# not get a page of the old size's count at the new size).
+WARM_READ_RECORDS = 1000
 # Where a probe must find an answer (LATEST, a Trigger.AvailableNow target), probes of shards
 # that crossed only empty pages are repeated, this far apart: each makes at most
 # MAX_EMPTY_HOPS + 1 calls, so a settling shard costs at most 2 GetRecords/s of the 5 per shard
@@ -93,6 +99,10 @@ class ProbeResult:
     gone: bool = False  # the stream no longer has the shard (reported as failOnDataLoss says)
     counted: int | None = None  # records after the start up to ``tip``, when the probe read them all
     tip_at: float | None = None  # the tip record's arrival (epoch seconds, the server's clock)
+    # The records read on from the start's continuation (an ``AFTER`` start): exactly the
+    # shard's first records after it, in order, and the iterator reading on after the last.
+    run: tuple[dict, ...] = ()
+    run_next: str | None = None
 
 
 class TailProber:
@@ -109,6 +119,7 @@ class TailProber:
         # shard -> position string -> (iterator read from there, first record, monotonic time)
         self._openers: dict[ShardId, OrderedDict[str, tuple[str, str | None, float]]] = {}
         self._record_bytes: dict[ShardId, float] = {}  # a shard's records' size, as last read
+        self.warm_bytes = WARM_READ_BYTES  # about what a probe reads on from its last tip
 
     def _take(self, stream: str, shard: str, start: Position) -> str | None:
         cached = self._continuations.pop(ShardId(stream, shard), None)
@@ -176,8 +187,11 @@ class TailProber:
                 return ProbeResult()
             return ProbeResult(behind_ms=page.behind_ms, pending=True)
         self._record_bytes[key] = sum(len(r["Data"]) for r in page.records) / len(page.records)
+        run: tuple[dict, ...] = ()
+        if cached is not None and start.kind == AFTER and start.sub_seq is None:
+            run = tuple(page.records)  # from the start's own continuation: what follows it
         if cap is not None and seq_key(page.records[0]["SequenceNumber"]) > seq_key(cap):
-            return ProbeResult(behind_ms=page.behind_ms)
+            return ProbeResult(behind_ms=page.behind_ms, run=run, run_next=page.next_iterator)
         end, cont = page.records[-1]["SequenceNumber"], page.next_iterator
         end_at: float | None = arrival_seconds(page.records[-1])
         counted: int | None = len(page.records)  # every record after the start, to the tip
@@ -187,16 +201,17 @@ class TailProber:
             if tip is not None and seq_key(tip) > seq_key(end):
                 end, cont, end_at = tip, after_tip, tip_at
         if cap is not None and seq_key(end) > seq_key(cap):
-            return ProbeResult(tip=cap, behind_ms=page.behind_ms)
+            return ProbeResult(tip=cap, behind_ms=page.behind_ms, run=run, run_next=page.next_iterator)
         self.keep(stream, shard, Position.after(end), cont)
-        return ProbeResult(tip=end, behind_ms=page.behind_ms, counted=counted, tip_at=end_at)
+        return ProbeResult(tip=end, behind_ms=page.behind_ms, counted=counted, tip_at=end_at,
+                           run=run, run_next=page.next_iterator)
 
     def _warm_limit(self, key: ShardId) -> int:
-        """``Limit`` of a probe reading on from its last tip: ``WARM_READ_LIMIT`` records, or
-        fewer where they are large (``WARM_READ_BYTES``)."""
+        """``Limit`` of a probe reading on from its last tip: about ``warm_bytes`` of the
+        shard's records (``WARM_READ_LIMIT`` records while their size is not known)."""
         size = self._record_bytes.get(key)
-        fit = WARM_READ_LIMIT if not size else max(1, int(WARM_READ_BYTES // size))
-        return min(WARM_READ_LIMIT, fit, self._page_limit)
+        fit = WARM_READ_LIMIT if not size else max(1, int(self.warm_bytes // size))
+        return max(1, min(fit, WARM_READ_RECORDS, self._page_limit))
 
     async def _beyond(self, stream: str, shard: str, page: Page) -> tuple[str | None, str | None, float | None]:
         """The newest record after ``page``, the iterator after it and its arrival: from an ``AT_TIMESTAMP``

@@ -16,7 +16,12 @@ replayable from Spark's offset log alone.
 
 While executors read a shard, the driver does not probe it: their reports of what they saw past
 their ranges' ends (:meth:`TipTable.report`, ``kinesis_source/tip_reports.py``) answer as a probe
-would, and their iterators become the shard's continuation. With fan-out, a read's subscription
+would, and their iterators become the shard's continuation.
+
+What probes and reports read after a known record is kept as the shard's carried run
+(``driver/carried.py``): the next range takes its records from there (:meth:`TipTable.carry`)
+instead of reading them again. A shard whose ranges are carried whole needs no executor call,
+so its probes may use the shard's whole call budget. With fan-out, a read's subscription
 goes on as the shard's tip watch (``executor/watch.py``): while its reports come, the shard is
 not probed at all.
 """
@@ -37,7 +42,8 @@ from botocore.exceptions import ClientError
 from kinesis_source.aws.clients import error_code
 from kinesis_source.aws.kinesis import THROTTLED
 from kinesis_source.driver.budget import GET_RECORDS, CallBudget
-from kinesis_source.driver.probe import SETTLE_PAUSE_S, ProbeResult, TailProber
+from kinesis_source.driver.carried import CarriedRun, record_bytes, run_cap
+from kinesis_source.driver.probe import SETTLE_PAUSE_S, WARM_READ_BYTES, ProbeResult, TailProber
 from kinesis_source.positions import AFTER, AT, Position, ShardId, seq_key
 from kinesis_source.read_rate import MIN_RATE_SPAN_S, records_between
 from kinesis_source.tip_reports import WATCH_ENDED, WATCH_LEASE_S, TipReport
@@ -55,6 +61,11 @@ EXACT_READ_BYTES_PER_S = 100_000
 # The record rate comes from counted runs of records whose ends' arrivals are known: spans
 # shorter than MIN_RATE_SPAN_S are not used, longer ones count in proportion up to this.
 RATE_SPAN_S = 5.0
+# What a probe reads on from its last tip is carried to the executors: up to CARRY_BYTES a
+# shard, and about CARRY_ROUND_BYTES over all the shards a round of probes covers (that bounds
+# the driver's share of the reading; below WARM_READ_BYTES a shard's probe is not made smaller).
+CARRY_BYTES = 64 * 1024
+CARRY_ROUND_BYTES = 4 << 20
 
 
 @dataclass
@@ -85,6 +96,7 @@ class ShardTip:
     byte_rate: float = 0.0  # bytes a second in the ranges executors read (their reports)
     watched_until: float = 0.0  # monotonic: a fan-out subscription reports the shard's tips
     watch_since: float | None = None  # when the watching subscription began (wall clock)
+    run: CarriedRun | None = None  # records read after a known record, for the range starting there
 
     def state(self) -> tuple:
         """What the entry's answers depend on."""
@@ -133,7 +145,10 @@ class TipTable:
         active_interval_s: float,
         idle_interval_s: float,
         on_ended: Callable[[], None] = lambda: None,
+        carry: bool = True,
     ) -> None:
+        """``carry``: keep what probes and reports read past known records for the ranges that
+        start there (not when the ranges are read by fan-out)."""
         self._prober = prober
         self._budget = budget
         # Shared with the budget: latestOffset's patched answer reads the table from Spark's
@@ -154,6 +169,8 @@ class TipTable:
         self._due: list[tuple[float, int, ShardId, ShardTip]] = []
         self._order = itertools.count()
         self._random = random.Random()
+        self._carry_runs = carry
+        self._run_cap = run_cap(1)
 
     # -- what latestOffset asks ----------------------------------------------------------
 
@@ -175,8 +192,13 @@ class TipTable:
             entry = self.entries.get(key)
             if entry is None or not entry.covers(start):
                 entry = self.entries[key] = ShardTip(seed=start, due=time.monotonic())
+                self._budget.carrying(key, False)
                 self._schedule(key, entry)
                 fresh.append(key)
+        if self.entries:
+            share = CARRY_ROUND_BYTES // len(self.entries)
+            self._prober.warm_bytes = max(WARM_READ_BYTES, min(CARRY_BYTES, share))
+            self._run_cap = run_cap(len(self.entries))
         return fresh
 
     def answers(self, starts: Mapping[ShardId, Position], caps: Mapping[ShardId, str]) -> dict[ShardId, ProbeResult]:
@@ -249,6 +271,8 @@ class TipTable:
                 if before_start is not None and tip.in_range is not None:
                     self._counted(entry, before_start, tip.end, tip.in_range)  # the range itself
                 self._counted(entry, tip.end, tip.seq, tip.past)
+                if tip.carried is not None and len(tip.carried) == tip.past and _is_run(tip.carried, tip.end, tip.seq):
+                    self._carry(entry, tip.end, list(tip.carried), tip.iterator)
             if entry.reported_at is not None and now > entry.reported_at:
                 rate = max(0, tip.read_bytes - tip.extra_bytes) / (now - entry.reported_at)
                 entry.byte_rate = (entry.byte_rate + rate) / 2
@@ -364,6 +388,48 @@ class TipTable:
                 sample - entry.record_rate)
         _trim(entry.ordinals)
 
+    def _carry(self, entry: ShardTip, after: str, records: list[dict], next_iterator: str | None) -> None:
+        """Records read right after record ``after``: they extend the shard's run when it ends
+        there, else start a new one (within the run's byte cap)."""
+        if not self._carry_runs:
+            return
+        if entry.run is not None:
+            extended = entry.run.extended(after, records, next_iterator, self._run_cap)
+            if extended is not None:
+                entry.run = extended
+                return
+        entry.run = None
+        if records and record_bytes(records) <= self._run_cap:
+            entry.run = CarriedRun(after, records, next_iterator)
+
+    def carry(self, key: ShardId, start: Position, end_seq: str) -> tuple[tuple[dict, ...], bool, str | None] | None:
+        """What the shard's run holds of the range from ``start`` to ``end_seq``, taken out of
+        it: the records (all of the range's when the flag is true), and else the iterator that
+        reads on after them (None: not known). None when the run does not start there."""
+        with self._lock:
+            entry = self.entries.get(key)
+            if entry is None:
+                return None
+            run, entry.run = entry.run, None
+            if run is None or start.kind != AFTER or start.sub_seq is not None or start.seq != run.after:
+                self._budget.carrying(key, False)
+                return None  # (a run that this range does not start is dropped)
+            records, whole, next_iterator, entry.run = run.take(end_seq)
+            self._budget.carrying(key, whole)
+            if not records and next_iterator is None:
+                return None
+            return records, whole, next_iterator
+
+    def carries(self, key: ShardId, start: Position) -> bool:
+        """True when the shard's run holds every record from ``start`` to its tip: the range
+        needs no executor call."""
+        with self._lock:
+            entry = self.entries.get(key)
+            if entry is None or entry.run is None or entry.tip is None or start.kind != AFTER:
+                return False
+            run = entry.run
+            return start.sub_seq is None and start.seq == run.after and seq_key(run.last) >= seq_key(entry.tip)
+
     def hold(self, key: ShardId, held: bool = True) -> None:
         """``key``'s known records wait for the shard's read budget (or, with ``held`` false,
         were handed to an executor): until then its probes would only spend the budget the
@@ -441,16 +507,15 @@ class TipTable:
         self._wake = asyncio.Event()
         gate = asyncio.Semaphore(PROBE_CONCURRENCY)
         tasks: set[asyncio.Task] = set()
-        reserve = self._budget.reserve(GET_RECORDS)
         try:
-            await self._rounds(gate, tasks, reserve)
+            await self._rounds(gate, tasks)
         finally:
             # The probes in flight stop with the table (the client they use is closed next).
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _rounds(self, gate: asyncio.Semaphore, tasks: set[asyncio.Task], reserve: int) -> None:
+    async def _rounds(self, gate: asyncio.Semaphore, tasks: set[asyncio.Task]) -> None:
         assert self._wake is not None
         while True:
             self._wake.clear()
@@ -467,7 +532,7 @@ class TipTable:
                     entry.due = wait
                     heapq.heappush(self._due, (wait, next(self._order), key, entry))
                     continue
-                free = self._budget.free_at(key, GET_RECORDS, reserve, now)
+                free = self._budget.free_at(key, GET_RECORDS, self._budget.reserve(GET_RECORDS, key), now)
                 if free > now:
                     entry.due = free
                     heapq.heappush(self._due, (free, next(self._order), key, entry))
@@ -530,6 +595,8 @@ class TipTable:
             if result.counted is not None and result.tip is not None and start.kind == AFTER \
                     and start.sub_seq is None and start.seq is not None:
                 self._counted(entry, start.seq, result.tip, result.counted)
+            if result.run and start.kind == AFTER and start.sub_seq is None and start.seq is not None:
+                self._carry(entry, start.seq, list(result.run), result.run_next)
             self._update(entry, result)
             if entry.state() != before:
                 self._dirty.add(key)
@@ -571,6 +638,14 @@ def _trim(kept: dict) -> None:
     counted run, arrivals, handed ranges) are only needed for the last few batches' ends."""
     while len(kept) > MAX_ORDINALS:
         del kept[next(iter(kept))]
+
+
+def _is_run(records: tuple[dict, ...], after: str, last: str) -> bool:
+    """True when ``records`` are in order after record ``after`` and end with ``last``."""
+    if not records or records[-1]["SequenceNumber"] != last:
+        return False
+    keys = [seq_key(after)] + [seq_key(r["SequenceNumber"]) for r in records]
+    return all(a < b for a, b in itertools.pairwise(keys))
 
 
 def _after(seq: str, seed: Position) -> bool:

@@ -20,6 +20,7 @@ from kinesis_source.executor.interleave import interleave
 from kinesis_source.executor.partition import RangePartition, ShardRead
 from kinesis_source.executor.polling import RangeReader
 from kinesis_source.executor.report import send_reports
+from kinesis_source.tip_reports import within_carry_budget
 
 __all__ = ["RangePartition", "ShardRead", "read_partition"]
 
@@ -49,7 +50,7 @@ def read_partition(partition: RangePartition) -> Iterator[pa.RecordBatch]:
     tips += [watched for reader in readers
              if isinstance(reader, SubscribeRangeReader) and (watched := reader.watch_report()) is not None]
     if partition.report_to is not None and tips:
-        send_reports(partition.report_to, tips)
+        send_reports(partition.report_to, within_carry_budget(tips))
 
 
 def _reader(client: Any, partition: RangePartition, read: ShardRead) -> Reader:
@@ -61,7 +62,7 @@ def _reader(client: Any, partition: RangePartition, read: ShardRead) -> Reader:
         client, read.range, partition.page_limit, partition.fail_on_data_loss, read.opener,
         partition.page_interval_s, read.not_before, read.records, read.rate, partition.max_rate,
         partition.settings.max_retries + 1, dict(partition.settings.stream_arns).get(read.range.stream),
-        partition.held_interval_s, read.end_at,
+        partition.held_interval_s, read.end_at, read.carried,
     )
 
 

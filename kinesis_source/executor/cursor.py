@@ -16,7 +16,7 @@ from kinesis_source.errors import (
 )
 from kinesis_source.positions import AFTER, AT, Position, ShardRange, seq_key
 from kinesis_source.read_rate import RateState
-from kinesis_source.tip_reports import TipReport
+from kinesis_source.tip_reports import CARRIED_BYTES_PER_SHARD, TipReport
 
 
 def opening_position(start: Position) -> Position:
@@ -40,7 +40,7 @@ def check_opening(records: list[dict], start: Position) -> tuple[list[dict], str
     return records, None
 
 
-def data_bytes(records: list[dict]) -> int:
+def data_bytes(records: list[dict] | tuple[dict, ...]) -> int:
     """The data bytes of Kinesis records (what reads and tip reports count)."""
     return sum(len(rec["Data"]) for rec in records)
 
@@ -68,6 +68,7 @@ class RangeCursor:
         self._mode = mode
         self.read = 0  # records of the range read so far
         self.past = 0  # records read after the range's end (in the page that completed it)
+        self.past_records: list[dict] = []  # those records
         self.read_bytes = 0  # data bytes of every record received
         self.extra_bytes = 0  # of them, outside the range: past its end, opening checks
 
@@ -89,9 +90,10 @@ class RangeCursor:
         self.position = Position.trim_horizon()
         return self.position
 
-    def take(self, raw: list[dict]) -> tuple[list[dict], bool]:
+    def take(self, raw: list[dict], received: bool = True) -> tuple[list[dict], bool]:
         """The records of one page (or event) that belong to the range, in order, and whether
-        the range is complete with them."""
+        the range is complete with them (``received`` false: records the driver carried to
+        the read, which it did not receive from Kinesis)."""
         records = raw
         if self._unchecked and raw:
             self._unchecked = False
@@ -112,10 +114,12 @@ class RangeCursor:
             done = done or seq_key(out[-1]["SequenceNumber"]) == self._end
         self.read += len(out)
         if done:
-            self.past = len(records) - len(out)
-        received = data_bytes(raw)
-        self.read_bytes += received
-        self.extra_bytes += received - data_bytes(out)
+            self.past_records = records[len(out):]
+            self.past = len(self.past_records)
+        if received:
+            got = data_bytes(raw)
+            self.read_bytes += got
+            self.extra_bytes += got - data_bytes(out)
         return out, done
 
     def _advance(self, seq: str) -> None:
@@ -167,6 +171,7 @@ class RawPage:
     at_tip: bool = False
     behind_ms: int = 0  # MillisBehindLatest of the page (or event)
     next_iterator: str | None = None  # polling: reads on after the page's last record
+    carried: bool = False  # records the driver carried to the read (no call received them)
 
 
 class RangeReaderBase:
@@ -184,16 +189,18 @@ class RangeReaderBase:
         """What the read saw at and past the range's end, for the driver's tip table; None
         before the range is complete."""
         page = self._last_page
-        if page is None or not page.records:
-            return None
+        if page is None or not page.records or page.carried:
+            return None  # (a range the driver carried whole: the driver knows all it holds)
         cursor = self._cursor
         record = page.records[-1]
+        past = tuple(cursor.past_records)
+        carried = past if past and data_bytes(past) <= CARRIED_BYTES_PER_SHARD else None
         return TipReport(
             self._range.shard, record["SequenceNumber"], page.behind_ms, page.next_iterator, self._reported_calls(),
             self._range.end_seq, cursor.past, cursor.read_bytes, cursor.extra_bytes, self._rate_state(),
             self._throttled(), self._subscribed(),
             seq_at=arrival_seconds(record) if "ApproximateArrivalTimestamp" in record else None,
-            in_range=cursor.read,
+            in_range=cursor.read, carried=carried,
         )
 
     def _subscribed(self) -> float | None:
@@ -240,7 +247,7 @@ class RangeReaderBase:
                     return
                 if page is None:
                     continue
-                out, done = cursor.take(page.records)
+                out, done = cursor.take(page.records, received=not page.carried)
                 if done:
                     self._last_page = page
                 if out:

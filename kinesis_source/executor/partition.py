@@ -28,6 +28,9 @@ class ShardRead:
     records: int | None = None  # how many records the range holds, when the driver knows
     rate: RateState | None = None  # the shard's byte model as the driver hands it on
     end_at: float | None = None  # when the range's end record arrived (epoch s), if its size is unknown
+    # the range's first records (all of them, or up to where ``opener`` reads on), which the
+    # driver already read: the executor reads none of them again
+    carried: tuple[dict, ...] = ()
 
     def __repr__(self) -> str:
         # The opener's iterator is a credential-like token for the shard: kept out of logs.

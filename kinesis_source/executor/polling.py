@@ -73,6 +73,7 @@ class RangeReader(RangeReaderBase):
         stream_arn: str | None = None,
         held_interval_s: float | None = None,
         end_at: float | None = None,
+        carried: tuple[dict, ...] = (),
     ) -> None:
         """``records``: how many records the range holds, when planning knows or estimates it
         (then each call asks for what is left of them, not ``limit``: records past the end would
@@ -85,7 +86,10 @@ class RangeReader(RangeReaderBase):
         (the read then has the shard's whole call budget; None: ``page_interval_s`` always);
         ``end_at``: when the range's end record arrived (epoch seconds, the server's clock),
         for a range of unknown size: the read then estimates what is left from its records'
-        arrivals, to time its last call."""
+        arrivals, to time its last call. ``carried``: the range's first records, which the
+        driver already read (``driver/carried.py``): they are the read's first page, with no
+        call; the rest, if any, is read with ``opener`` (an iterator after them) or a new
+        iterator."""
         super().__init__(rng, fail_on_data_loss)
         self._client = client
         self._limit = limit
@@ -106,6 +110,7 @@ class RangeReader(RangeReaderBase):
         self._end_at = end_at
         # (first record's arrival, records received since, last one's arrival)
         self._arrivals: tuple[float, int, float] | None = None
+        self._carried: list[dict] | None = list(carried) if carried else None
 
     def _handed_over_page(self) -> Page | None:
         """The first page from the driver's iterator, if it starts with the expected record."""
@@ -130,7 +135,7 @@ class RangeReader(RangeReaderBase):
         after the start's record, its first record unknown) any record after the start."""
         if first is not None:
             return got == first
-        start = self._range.start
+        start = self._cursor.position  # (after the records carried, if any)
         return start.kind == AFTER and start.seq is not None and seq_key(got) > seq_key(start.seq)
 
     def _page_limit(self) -> int:
@@ -292,6 +297,9 @@ class RangeReader(RangeReaderBase):
             return self._get_iterator(self._cursor.refused())
 
     def _next_page(self) -> RawPage:
+        if self._carried is not None:
+            records, self._carried = self._carried, None
+            return RawPage(records, carried=True)
         page = self._fetch()
         self._iterator = page.next_iterator
         ended = page.next_iterator is None  # a closed shard's last page

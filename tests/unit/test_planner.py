@@ -106,9 +106,10 @@ def test_continuation_after_tip_is_reused_by_the_next_probe():
 
 
 def test_a_busy_shard_is_not_read_twice_by_the_probe():
-    """What the probe reads, the executors read again from the shard's shared byte quota: going
-    on from its last tip over 2,000 new records, the probe reads the first few and those near
-    the new tip, not the batch. Mutant caught: WARM_READ_LIMIT back at 1,000."""
+    """Going on from its last tip over 2,000 new records, the probe reads about ``warm_bytes``
+    of them (the run it returns, which the executors do not read again: they get it carried)
+    and those near the new tip, not the batch. Mutants caught: the warm read's limit at 1,000
+    records past its bytes, and a run that is not the records right after the start."""
     recs = log_of(10)
     shard = FakeShard(recs)
     fake, kinesis, prober = prober_for({"a": shard})
@@ -118,15 +119,16 @@ def test_a_busy_shard_is_not_read_twice_by_the_probe():
     fetched = kinesis.records_fetched
     result = probe(prober, Position.after(tip))
     assert result.tip == shard.records[-1][0]
-    assert kinesis.records_fetched - fetched <= 20, kinesis.records_fetched - fetched
+    run = [r["SequenceNumber"] for r in result.run]
+    assert 0 < len(run) <= 1000 and run == [seq for seq, _ in shard.records[10:10 + len(run)]]
+    near_tip = kinesis.records_fetched - fetched - len(result.run)
+    assert near_tip <= 20, near_tip
 
 
 @pytest.mark.parametrize("payload_bytes", [10, 10_000])
 def test_the_probes_warm_read_asks_for_fewer_records_where_they_are_large(payload_bytes):
-    """The warm read's records are read again by the executors: about WARM_READ_BYTES of them,
-    by the size of the shard's records seen so far (10 KB records: one; small ones: the usual
-    WARM_READ_LIMIT)."""
-    from kinesis_source.driver.probe import WARM_READ_BYTES, WARM_READ_LIMIT
+    """The warm read asks for about ``warm_bytes`` of records, by the size of the shard's
+    records seen so far (10 KB records: one; 10-byte ones: a thousand)."""
 
     recs = log_of(30)
     shard = FakeShard(recs[:10], payloads={seq: b"x" * payload_bytes for seq, _ in recs})
@@ -136,8 +138,8 @@ def test_the_probes_warm_read_asks_for_fewer_records_where_they_are_large(payloa
     shard.records += recs[10:12]
     limits.clear()
     assert probe(prober, Position.after(tip)).tip == recs[11][0]
-    assert limits[0] == min(WARM_READ_LIMIT, max(1, WARM_READ_BYTES // payload_bytes))
-    assert limits[0] == (1 if payload_bytes == 10_000 else WARM_READ_LIMIT)
+    assert prober.warm_bytes == 10_000
+    assert limits[0] == (1 if payload_bytes == 10_000 else 1000)
 
 
 def test_expired_continuation_is_re_derived():

@@ -265,7 +265,7 @@ def test_ranges_get_their_size_when_reports_and_probes_saw_every_record():
     reading past the end is cheaper than the probe that would then find the tip)."""
     from kinesis_source.driver.tips import EXACT_READ_BYTES_PER_S
 
-    recs = log_of(200)
+    recs = log_of(2000)
     fake = TimedFake({"a": FakeShard(recs[:10])})
     planner = reporting_planner(fake)
     try:
@@ -291,11 +291,12 @@ def test_ranges_get_their_size_when_reports_and_probes_saw_every_record():
         for _ in range(2):
             assert applied(address, [TipReport(A, recs[18][0], 0, None, {}, recs[18][0], 0, busy, 0)])
         assert planner.hand_over(plan_ranges(end, planner.latest_offset(end)))[0][A][2] == 9
-        # a backlog the probe does not read (it looks near the tip): no size
-        fake.shards["a"].records.extend(recs[19:150])
-        wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[149][0]),
+        # a backlog longer than the probe's warm read (it then looks near the tip): no size
+        fake.shards["a"].payloads.update({seq: b"x" * 1000 for seq, _ in recs[19:]})
+        fake.shards["a"].records.extend(recs[19:])
+        wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[-1][0]),
                  timeout=10, what="the tip past the backlog")
-        assert tips.count(A, end.shards[A], recs[149][0]) is None
+        assert tips.count(A, end.shards[A], recs[-1][0]) is None
     finally:
         planner.close()
 

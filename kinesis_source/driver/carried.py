@@ -1,0 +1,81 @@
+"""Records the driver already holds, carried to the executor that reads their range.
+
+What a read returns past a position is exactly the shard's records after it, in order: a probe
+that reads on from its continuation, and an executor read that saw past its range's end (its
+tip report brings those records), each hold the start of the next range. Read again by an
+executor, those records would cost the shard's shared 2 MiB/s twice and the batch a
+``GetRecords`` round trip. So the tip table keeps, per shard, one *run*: the records that follow
+one record, contiguous, and the iterator that reads on after the last of them. A range that
+starts at that record gets the run's records up to its end in its partition (no call at all),
+or, when the range goes further, all of them and the iterator for the rest.
+
+A run is only ever what one reader returned after a known record (or several such reads, each
+going on where the last stopped), so a range built from it holds exactly the records a read of
+the range would: replays from Spark's offset log still read Kinesis and get the same records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kinesis_source.positions import seq_key
+
+# Most bytes one shard's run holds on the driver (it goes out with the next batch's partition)...
+RUN_MAX_BYTES = 256 * 1024
+# ...and, over all the shards the driver tracks, about this many (at 1,000 shards, 32 KB each).
+RUNS_MAX_BYTES = 32 << 20
+
+
+def run_cap(shards: int) -> int:
+    """Most bytes one shard's run may hold when the driver tracks ``shards`` shards."""
+    return min(RUN_MAX_BYTES, RUNS_MAX_BYTES // max(1, shards))
+
+
+def record_bytes(records: list[dict] | tuple[dict, ...]) -> int:
+    """Data and partition-key bytes of records (what the run's size and the quota count)."""
+    return sum(len(r["Data"]) + len(r.get("PartitionKey") or "") for r in records)
+
+
+@dataclass
+class CarriedRun:
+    """The records that follow record ``after`` in one shard, in order, and an iterator that
+    reads on right after the last of them (None: not known)."""
+
+    after: str
+    records: list[dict]
+    next_iterator: str | None
+    size: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        self.size = record_bytes(self.records)
+
+    @property
+    def last(self) -> str:
+        """The run's last record (``after`` when it holds none)."""
+        return self.records[-1]["SequenceNumber"] if self.records else self.after
+
+    def extended(self, after: str, records: list[dict], next_iterator: str | None, cap: int) -> CarriedRun | None:
+        """This run with ``records`` (which follow ``after``) added, when ``after`` is its last
+        record and the whole fits ``cap`` bytes; else None."""
+        if after != self.last or self.size + record_bytes(records) > cap:
+            return None
+        if not records:
+            return CarriedRun(self.after, self.records, next_iterator or self.next_iterator)
+        return CarriedRun(self.after, self.records + records, next_iterator)
+
+    def take(self, end_seq: str) -> tuple[tuple[dict, ...], bool, str | None, CarriedRun | None]:
+        """The run's records up to and including ``end_seq``; whether they reach it; the
+        iterator reading on after them when they stop short (None: not known); and the run
+        left after ``end_seq`` (None when nothing is)."""
+        end = seq_key(end_seq)
+        cut = 0
+        while cut < len(self.records) and seq_key(self.records[cut]["SequenceNumber"]) <= end:
+            cut += 1
+        taken = tuple(self.records[:cut])
+        if cut and taken[-1]["SequenceNumber"] == end_seq:
+            return taken, True, None, CarriedRun(end_seq, self.records[cut:], self.next_iterator)
+        if cut < len(self.records):
+            # no record of the run is the end, yet some lie past it: the end is not a record
+            # of this shard as the run saw it, so nothing is carried
+            return (), False, None, None
+        return taken, False, self.next_iterator, None
