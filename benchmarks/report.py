@@ -506,8 +506,8 @@ def _quota(res: dict[str, Any]) -> list[str]:
            "Source's calls per shard and second over the measured seconds after the first "
            f"batch (peaks: the busiest shard's busiest {q['window_seconds']:.0f}-second window); "
            f"refusals over the whole run; idle: the driver's GetRecords per shard per minute over "
-           f"the last {q['idle_window_seconds']:.0f} s of {q['idle_seconds']:.0f} s without new "
-           "records.", "",
+           f"the last {q['idle_window_seconds']:.0f} s of {q['idle_seconds']:.0f} s idle (no new "
+           "records, every record fed read).", "",
            "| shards | setting | measured | records/s per shard | peak GetRecords: all (driver, executors) | "
            "peak GetShardIterator | mean GetRecords: driver, executors | mean GetShardIterator: "
            "driver, executors | refused: source, neighbour | records fed / read | idle |",
