@@ -39,8 +39,10 @@ from kinesis_source.positions import ShardId, check_seq
 from kinesis_source.read_rate import RateState
 
 MAX_MESSAGE_BYTES = 4 << 20  # a task's report: a line per shard is ~1 KB, with the iterator...
-CARRIED_BYTES_PER_SHARD = 64 * 1024  # ...and the records past a range's end, when this few...
-CARRIED_BYTES_PER_MESSAGE = 1 << 20  # ...and this few over the task's shards (base64 in JSON)
+# ...and the records past a range's end, when they take this little of the line (carried_size)...
+CARRIED_BYTES_PER_SHARD = 64 * 1024
+CARRIED_BYTES_PER_MESSAGE = 1 << 20  # ...and this little over the task's shards
+_RECORD_JSON_BYTES = 160  # a carried record's JSON besides its data and key: sequence number, arrival
 MAX_ITERATOR_CHARS = 4096
 CALL_OPS = ("GetRecords", "GetShardIterator")
 MAX_CALLS = 10_000  # call times per operation in one report
@@ -182,13 +184,20 @@ def records_from_json(data: Any) -> tuple[dict, ...]:
     return tuple(out)
 
 
+def carried_size(records: list[dict] | tuple[dict, ...]) -> int:
+    """About how many bytes ``records`` take in a report's line (their data in base64, and
+    each record's other fields)."""
+    return sum((len(r["Data"]) + 2) // 3 * 4 + len(r.get("PartitionKey") or "") + _RECORD_JSON_BYTES
+               for r in records)
+
+
 def within_carry_budget(tips: list[TipReport]) -> list[TipReport]:
-    """The task's reports with carried records dropped past ``CARRIED_BYTES_PER_MESSAGE`` (in
-    order: the first shards keep theirs), so that the message stays under its limit."""
+    """The task's reports with carried records dropped past ``CARRIED_BYTES_PER_MESSAGE`` of
+    the line (in order: the first shards keep theirs), so that it stays under its limit."""
     left, out = CARRIED_BYTES_PER_MESSAGE, []
     for tip in tips:
         if tip.carried is not None:
-            size = sum(len(r["Data"]) for r in tip.carried)
+            size = carried_size(tip.carried)
             if size > left:
                 tip = replace(tip, carried=None)
             else:

@@ -16,7 +16,7 @@ from kinesis_source.errors import (
 )
 from kinesis_source.positions import AFTER, AT, Position, ShardRange, seq_key
 from kinesis_source.read_rate import RateState
-from kinesis_source.tip_reports import CARRIED_BYTES_PER_SHARD, TipReport
+from kinesis_source.tip_reports import CARRIED_BYTES_PER_SHARD, TipReport, carried_size
 
 
 def opening_position(start: Position) -> Position:
@@ -194,7 +194,7 @@ class RangeReaderBase:
         cursor = self._cursor
         record = page.records[-1]
         past = tuple(cursor.past_records)
-        carried = past if past and data_bytes(past) <= CARRIED_BYTES_PER_SHARD else None
+        carried = past if past and carried_size(past) <= CARRIED_BYTES_PER_SHARD else None
         return TipReport(
             self._range.shard, record["SequenceNumber"], page.behind_ms, page.next_iterator, self._reported_calls(),
             self._range.end_seq, cursor.past, cursor.read_bytes, cursor.extra_bytes, self._rate_state(),

@@ -16,6 +16,7 @@ from kinesis_source.positions import Position, ShardId, ShardRange
 from kinesis_source.tip_reports import (
     CARRIED_BYTES_PER_MESSAGE,
     CARRIED_BYTES_PER_SHARD,
+    MAX_MESSAGE_BYTES,
     TipReport,
     decode,
     encode,
@@ -183,6 +184,13 @@ def test_carried_records_cross_the_wire_as_getrecords_gives_them():
     one = dataclasses.replace(tip, carried=({"SequenceNumber": "5", "Data": b"x" * share},))
     kept = within_carry_budget([one, one, one])
     assert [t.carried is not None for t in kept] == [True, True, False]
+    # the budget is the line's bytes, not the data's: tiny records with long keys count as such
+    tiny = tuple({"SequenceNumber": str(10**55 + i), "Data": b"x", "PartitionKey": "k" * 256,
+                  "ApproximateArrivalTimestamp": datetime.now(timezone.utc)} for i in range(200))
+    many = [dataclasses.replace(tip, carried=tiny) for _ in range(40)]
+    kept = within_carry_budget(many)
+    assert 0 < sum(t.carried is not None for t in kept) < 40
+    assert len(encode("t", kept)) <= MAX_MESSAGE_BYTES
 
 
 def test_only_a_shard_whose_ranges_are_carried_whole_lets_probes_spend_the_executors_share():
