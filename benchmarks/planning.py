@@ -16,11 +16,13 @@ shards. For each shard count:
   new tip, after an idle spell (shards backed off towards ``maxIdleProbeIntervalMs``) and while
   the shards are active (one more round right after the table found the last); the planner's
   event-loop thread's CPU per background probe, and the driver's calls, records and response
-  bytes while it found the new records, against the bytes executors read for the batch
-  (``RangeReader`` over the batch's ranges).
+  bytes while it found the new records; the batch's bytes (``RangeReader`` over its ranges,
+  from scratch), and what executors read as the planner hands the ranges over (the records
+  the probes read and it carries, its iterators). What was read twice is the driver's bytes
+  and the executors', less the batch's.
 
-A second case, ``sustained``, is a batch of many records per shard (10 shards): its probe bytes
-against its batch bytes.
+A second case, ``sustained``, is a batch of many records per shard (10 shards): the bytes it
+read twice against its bytes.
 
 With ``--latency-ms N`` the planner (alone) talks to Kinesis through the quota-enforcing
 proxy with ``N`` ms injected in every request (the stream is made and fed behind it); its
@@ -112,18 +114,29 @@ def _planner(url: str, stream: str) -> tuple[Planner, ByteMeter]:
     return planner, meter
 
 
-def _batch_bytes(url: str, start: Offset, end: Offset) -> tuple[int, int]:
-    """(records, response bytes) the executors read for the batch ``start``..``end``."""
-    client = settings(url).boto3_client("kinesis")
-    meter = ByteMeter()
-    meter.attach(client)
+def _batch_bytes(url: str, planner: Planner, start: Offset, end: Offset) -> tuple[int, int, int]:
+    """(records, response bytes, executors' response bytes) of the batch ``start``..``end``:
+    the bytes of reading its ranges from scratch (each record once), and what executors read
+    of them as the planner hands them over (the records it carries, its iterators)."""
+    ranges = plan_ranges(start, end)
+    booked, _ = planner.hand_over(ranges)
 
-    def read(rng: Any) -> int:
-        return sum(len(page) for page in RangeReader(client, rng, 10000).pages())
+    def read_all(handed: bool) -> tuple[int, int]:
+        client = settings(url).boto3_client("kinesis")
+        meter = ByteMeter()
+        meter.attach(client)
 
-    with ThreadPoolExecutor(8) as pool:
-        records = sum(pool.map(read, plan_ranges(start, end)))
-    return records, meter.bytes
+        def read(rng: Any) -> int:
+            opener, carried = (booked[rng.shard][0], booked[rng.shard][5]) if handed else (None, ())
+            reader = RangeReader(client, rng, 10000, opener=opener, carried=carried)
+            return sum(len(page) for page in reader.pages())
+
+        with ThreadPoolExecutor(8) as pool:
+            return sum(pool.map(read, ranges)), meter.bytes
+
+    _, executors = read_all(handed=True)  # (first: the hand-over's iterators are fresh)
+    records, batch = read_all(handed=False)
+    return records, batch, executors
 
 
 class _Snapshot:
@@ -291,9 +304,12 @@ def measure(url: str, shards: int, rounds: int, idle_s: float, planner_url: str 
         new["put_seconds"] = put_done.at - before.at
         new["refresh_after_idle_seconds"] = refresh_idle
         new["refresh"] = seen
-        new["batch_records"], new["batch_bytes"] = _batch_bytes(url, start, end)
+        new["batch_records"], new["batch_bytes"], new["executor_bytes"] = _batch_bytes(url, planner, start, end)
         assert new["batch_records"] == rounds * shards, new["batch_records"]
-        new["probe_pct_of_batch"] = 100.0 * seen["bytes"] / new["batch_bytes"]
+        # what was read twice: the probes' bytes and the executors', past the batch's own
+        new["probe_pct_of_batch"] = 100.0 * (seen["bytes"] + new["executor_bytes"] - new["batch_bytes"]) / new[
+            "batch_bytes"]
+        new["driver_pct_of_batch"] = 100.0 * seen["bytes"] / new["batch_bytes"]
         out["new_data"] = new
 
         # A steady feed (a round every FEED_INTERVAL_S): the background's cost while nothing

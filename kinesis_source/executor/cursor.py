@@ -40,7 +40,7 @@ def check_opening(records: list[dict], start: Position) -> tuple[list[dict], str
     return records, None
 
 
-def data_bytes(records: list[dict] | tuple[dict, ...]) -> int:
+def data_bytes(records: list[dict]) -> int:
     """The data bytes of Kinesis records (what reads and tip reports count)."""
     return sum(len(rec["Data"]) for rec in records)
 
