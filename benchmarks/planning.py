@@ -136,6 +136,9 @@ def _batch_bytes(url: str, planner: Planner, start: Offset, end: Offset) -> tupl
 
     _, executors = read_all(handed=True)  # (first: the hand-over's iterators are fresh)
     records, batch = read_all(handed=False)
+    # Spark's next latestOffset ends the batch: the shards handed to executor reads are probed
+    # again (until then the table waits for their reports, which these reads do not send)
+    planner.latest_offset(end)
     return records, batch, executors
 
 
