@@ -185,9 +185,9 @@ def records_from_json(data: Any) -> tuple[dict, ...]:
 
 
 def carried_size(records: list[dict] | tuple[dict, ...]) -> int:
-    """About how many bytes ``records`` take in a report's line (their data in base64, and
-    each record's other fields)."""
-    return sum((len(r["Data"]) + 2) // 3 * 4 + len(r.get("PartitionKey") or "") + _RECORD_JSON_BYTES
+    """At most how many bytes ``records`` take in a report's line: their data in base64, their
+    partition keys as JSON escapes them (up to 6 bytes a character), and the other fields."""
+    return sum((len(r["Data"]) + 2) // 3 * 4 + 6 * len(r.get("PartitionKey") or "") + _RECORD_JSON_BYTES
                for r in records)
 
 

@@ -18,6 +18,7 @@ from kinesis_source.tip_reports import (
     CARRIED_BYTES_PER_SHARD,
     MAX_MESSAGE_BYTES,
     TipReport,
+    carried_size,
     decode,
     encode,
     within_carry_budget,
@@ -184,9 +185,12 @@ def test_carried_records_cross_the_wire_as_getrecords_gives_them():
     one = dataclasses.replace(tip, carried=({"SequenceNumber": "5", "Data": b"x" * share},))
     kept = within_carry_budget([one, one, one])
     assert [t.carried is not None for t in kept] == [True, True, False]
-    # the budget is the line's bytes, not the data's: tiny records with long keys count as such
-    tiny = tuple({"SequenceNumber": str(10**55 + i), "Data": b"x", "PartitionKey": "k" * 256,
+    # the budget is the line's bytes, not the data's: tiny records with long keys (escaped in
+    # JSON when not ASCII) count as such
+    tiny = tuple({"SequenceNumber": str(10**55 + i), "Data": b"x", "PartitionKey": "\u00e9" * 256,
                   "ApproximateArrivalTimestamp": datetime.now(timezone.utc)} for i in range(200))
+    bare = dataclasses.replace(tip, carried=None)
+    assert len(encode("t", [dataclasses.replace(tip, carried=tiny)])) - len(encode("t", [bare])) <= carried_size(tiny)
     many = [dataclasses.replace(tip, carried=tiny) for _ in range(40)]
     kept = within_carry_budget(many)
     assert 0 < sum(t.carried is not None for t in kept) < 40
