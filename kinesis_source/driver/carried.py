@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kinesis_source.positions import seq_key
+from kinesis_source.read_rate import page_bytes
 
 # Most bytes one shard's run holds on the driver (it goes out with the next batch's partition)...
 RUN_MAX_BYTES = 256 * 1024
@@ -29,11 +30,6 @@ RUNS_MAX_BYTES = 32 << 20
 def run_cap(shards: int) -> int:
     """Most bytes one shard's run may hold when the driver tracks ``shards`` shards."""
     return min(RUN_MAX_BYTES, RUNS_MAX_BYTES // max(1, shards))
-
-
-def record_bytes(records: list[dict] | tuple[dict, ...]) -> int:
-    """Data and partition-key bytes of records (what the run's size and the quota count)."""
-    return sum(len(r["Data"]) + len(r.get("PartitionKey") or "") for r in records)
 
 
 @dataclass
@@ -47,7 +43,7 @@ class CarriedRun:
     size: int = field(default=0)
 
     def __post_init__(self) -> None:
-        self.size = record_bytes(self.records)
+        self.size = page_bytes(self.records)
 
     @property
     def last(self) -> str:
@@ -57,7 +53,7 @@ class CarriedRun:
     def extended(self, after: str, records: list[dict], next_iterator: str | None, cap: int) -> CarriedRun | None:
         """This run with ``records`` (which follow ``after``) added, when ``after`` is its last
         record and the whole fits ``cap`` bytes; else None."""
-        if after != self.last or self.size + record_bytes(records) > cap:
+        if after != self.last or self.size + page_bytes(records) > cap:
             return None
         if not records:
             return CarriedRun(self.after, self.records, next_iterator or self.next_iterator)

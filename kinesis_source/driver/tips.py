@@ -42,10 +42,10 @@ from botocore.exceptions import ClientError
 from kinesis_source.aws.clients import error_code
 from kinesis_source.aws.kinesis import THROTTLED
 from kinesis_source.driver.budget import GET_RECORDS, CallBudget
-from kinesis_source.driver.carried import CarriedRun, record_bytes, run_cap
+from kinesis_source.driver.carried import CarriedRun, run_cap
 from kinesis_source.driver.probe import SETTLE_PAUSE_S, WARM_READ_BYTES, ProbeResult, TailProber
 from kinesis_source.positions import AFTER, AT, Position, ShardId, seq_key
-from kinesis_source.read_rate import MIN_RATE_SPAN_S, records_between
+from kinesis_source.read_rate import MIN_RATE_SPAN_S, page_bytes, records_between
 from kinesis_source.tip_reports import WATCH_ENDED, WATCH_LEASE_S, TipReport
 
 log = logging.getLogger(__name__)
@@ -399,7 +399,7 @@ class TipTable:
                 entry.run = extended
                 return
         entry.run = None
-        if records and record_bytes(records) <= self._run_cap:
+        if records and page_bytes(records) <= self._run_cap:
             entry.run = CarriedRun(after, records, next_iterator)
 
     def carry(self, key: ShardId, start: Position, end_seq: str) -> tuple[tuple[dict, ...], bool, str | None] | None:
