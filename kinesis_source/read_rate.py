@@ -62,6 +62,16 @@ LEARN_OVERSHOOT = 1.25
 MIN_SHARE = 0.1
 # A refusal's unexplained bytes are spread over at least this span when learning others' rate.
 MIN_LEARN_SPAN_S = 1.0
+# A lead page: the first page a large read takes from a full bucket is only the refill until its
+# next call plus this allowance for building the large page after it (a 10 MB page takes moto
+# 0.74 s). A server charges a response when it has built it, and while it builds a large one a
+# full bucket's refill is lost (measured: a backlog's read took the first page's build time
+# longer than the physical limit); a small lead page is built at once and takes the bucket that
+# far below full, so the large page after it is built while the bucket refills.
+LEAD_BUILD_S = 0.5
+# "Full", for the lead page: within this share of a second's refill of the bucket's depth (a
+# probe's small page may just have been taken).
+FULL_SHARE = 0.25
 # The cap's bucket: this many seconds of the cap. More than a call interval, so that it never
 # fills up (and wastes its refill) while a read waits for its next call.
 CAP_BURST_S = 2.0
@@ -235,13 +245,22 @@ class ShardBytes:
         per_call = max(MARGIN_BYTES, min(self._net_rate(), self.cap or math.inf) * interval_s)
         return min(records * self.record_size(), max(per_call, self.record_size()))
 
-    def limit(self, records: int, now: float) -> int:
+    def holds(self, nbytes: float) -> bool:
+        """True when ``nbytes`` fit what one call may ever take (a full bucket, or the cap's)."""
+        return nbytes <= self._most()
+
+    def limit(self, records: int, now: float, lead_s: float | None = None) -> int:
         """``Limit`` for a call that wants ``records``: as many as the available bytes hold, at
-        least one."""
+        least one. ``lead_s``, for a read that needs more than a bucket: the time until its next
+        call could come; from a full bucket the call then takes a lead page, that time's refill
+        and ``LEAD_BUILD_S``'s (why: ``LEAD_BUILD_S``), when the records' size is known."""
         available = self.available(now)
         if self.record_bytes is None and self.cap is None and self._level >= SHARD_BURST_BYTES and not self._others:
             return records  # no response is larger than a full bucket that only we read
-        fit = int(available // self.record_size())
+        if lead_s is not None and self._level >= SHARD_BURST_BYTES - self._net_rate() * FULL_SHARE:
+            available = min(available, self._net_rate() * (lead_s + LEAD_BUILD_S))
+        # (a hair over: a wait timed for exactly these bytes must not leave a record behind)
+        fit = int(available / self.record_size() + 1e-9)
         return max(1, min(records, fit))
 
     def end_wait(self, left_bytes: float, wait_s: float, spacing_s: float, now: float) -> float:

@@ -231,7 +231,19 @@ class RangeReader(RangeReaderBase):
         if wait > 0:
             time.sleep(wait)  # pacing to the shard's budgets, not waiting on a condition
         self._last_call = time.monotonic()
-        return model.limit(records, time.time())
+        lead_s = next_spacing * (1 + PAGE_JITTER) if self._beyond_a_bucket(left) else None
+        return model.limit(records, time.time(), lead_s)
+
+    def _beyond_a_bucket(self, left: int | None) -> bool:
+        """True when the rest of the range may take more than a full bucket (``left``: what
+        :meth:`_left` found): its size is unknown (a catch-up's first range, whose backlog
+        nobody counted) and no estimate says it fits a call, or its count at the shard's record
+        size exceeds a bucket. Only such a read takes a lead page from a full bucket: a read that
+        fits one call would pay the lead page with a second call a spacing later."""
+        if self._records is None:
+            return left is None
+        rest = max(0, self._records - self._cursor.read)
+        return not self.bytes.holds(rest * self.bytes.record_size())
 
     def _paced_page(self, iterator: str) -> Page:
         """One ``GetRecords`` on ``iterator`` within the shard's budgets; a throttled call is

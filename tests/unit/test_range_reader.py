@@ -5,9 +5,17 @@ from __future__ import annotations
 import pytest
 
 from kinesis_source.errors import DataLossError, RangeIncompleteError
-from kinesis_source.executor.polling import RangeReader
+from kinesis_source.executor.polling import PAGE_JITTER, RangeReader
 from kinesis_source.positions import Position, ShardRange
-from kinesis_source.read_rate import LEARN_STEP_SHARE, MARGIN_BYTES, MIB, SHARD_BYTES_PER_S, RateState
+from kinesis_source.read_rate import (
+    LEAD_BUILD_S,
+    LEARN_STEP_SHARE,
+    MARGIN_BYTES,
+    MIB,
+    SHARD_BURST_BYTES,
+    SHARD_BYTES_PER_S,
+    RateState,
+)
 from tests.unit.fake_kinesis import FakeKinesis, FakeShard, log_of
 
 
@@ -293,9 +301,10 @@ def test_throttles_past_the_attempts_fail_the_read(monkeypatch):
     assert fake.calls.count("GetRecords") == 3
 
 
-def _paced_read(monkeypatch, recs, size, end_at):
-    """Read all of ``recs`` (``size`` bytes each) from a drained byte model, on a fake clock;
-    returns (the calls' Limits, when the last call came: seconds after the start)."""
+def _paced_read(monkeypatch, recs, size, end_at, level=0.0, records=None):
+    """Read all of ``recs`` (``size`` bytes each) from a byte model at ``level`` (drained by
+    default; the records' size known when it is full), on a fake clock; returns (the calls'
+    Limits, when the last call came: seconds after the start)."""
     fake = FakeKinesis({"a": FakeShard(recs, payloads={s: b"x" * size for s, _ in recs})})
     clock = [1000.0]
 
@@ -307,7 +316,8 @@ def _paced_read(monkeypatch, recs, size, end_at):
     monkeypatch.setattr("kinesis_source.executor.polling.time.sleep", sleep)
     monkeypatch.setattr("kinesis_source.executor.polling.random.random", lambda: 0.0)
     rng = ShardRange("s", "a", Position.trim_horizon(), recs[-1][0])
-    reader = RangeReader(fake, rng, 10000, page_interval_s=0.5, rate=RateState(0.0, clock[0]), end_at=end_at)
+    rate = RateState(level, clock[0], record_bytes=size + 1 if level else None)
+    reader = RangeReader(fake, rng, 10000, page_interval_s=0.5, rate=rate, end_at=end_at, records=records)
     assert [r["SequenceNumber"] for page in reader.pages() for r in page] == [s for s, _ in recs]
     return fake.limits, clock[0] - 1000.0
 
@@ -330,3 +340,23 @@ def test_a_range_of_unknown_size_times_its_last_call_by_its_end_records_arrival(
     # An end said to arrive later than it did costs a little wait, never a record.
     late_limits, late_last = _paced_read(monkeypatch, recs, size, recs[-1][1] + 0.3)
     assert late_last <= blind_last
+
+
+def test_only_a_read_of_more_than_a_bucket_leads_with_a_small_page(monkeypatch):
+    """Issue 20: a large read's first page from a full bucket is a lead page (read_rate.py,
+    ``LEAD_BUILD_S``), so the server builds the large page after it while the bucket refills. A
+    read that fits one call takes it in one call: a lead page would cost it a second call a
+    spacing later (measured when every read took one: batches five times as long)."""
+    size, full = 100_000, float(SHARD_BURST_BYTES)
+    lead_records = int(SHARD_BYTES_PER_S * (0.5 * (1 + PAGE_JITTER) + LEAD_BUILD_S) / (size + 1))
+    recs = log_of(150, spacing=0.0)
+    # a catch-up's range: its size unknown, nothing to estimate it from
+    limits, _ = _paced_read(monkeypatch, recs, size, None, level=full)
+    assert limits[0] == lead_records < 150
+    # counted, more than a bucket holds: a lead page too
+    limits, _ = _paced_read(monkeypatch, recs, size, None, level=full, records=150)
+    assert limits[0] == lead_records
+    # counted, within a bucket: the whole range in one call
+    small = recs[:60]
+    limits, _ = _paced_read(monkeypatch, small, size, None, level=full, records=60)
+    assert len(limits) == 1 and limits[0] >= 60

@@ -8,8 +8,10 @@ import random
 
 import pytest
 
+from kinesis_source.executor.polling import PAGE_JITTER
 from kinesis_source.read_rate import (
     CAP_BURST_S,
+    LEAD_BUILD_S,
     LEARN_OVERSHOOT,
     LEARN_STEP_SHARE,
     MARGIN_BYTES,
@@ -38,11 +40,14 @@ class KinesisBucket:
 
 
 def catch_up(backlog_records: int, cap: float | None = None, interval: float = 1.0,
-             record_bytes: float | None = None, first_interval: float | None = None):
+             record_bytes: float | None = None, first_interval: float | None = None,
+             build_s_per_mib: float = 0.0, lead: bool = False):
     """A reader with the model reading a backlog, paced as ``RangeReader._pace`` paces (without
     its jitter): (seconds from the first to the last call with data, bytes read after the first
     call, refused calls, calls). Calls are ``first_interval`` apart up to the second, then
-    ``interval``."""
+    ``interval``. The server takes ``build_s_per_mib`` to build a page and charges it when built,
+    as the quota proxy does (the reader's next call comes after the answer); ``lead``: the
+    reader asks for a lead page, as a read of more than a bucket does."""
     first_interval = interval if first_interval is None else first_interval
     server, now, page = KinesisBucket(), 0.0, 10000
     model = ShardBytes(cap, RateState(SHARD_BURST_BYTES, 0.0, record_bytes=record_bytes), 0.0)
@@ -52,23 +57,27 @@ def catch_up(backlog_records: int, cap: float | None = None, interval: float = 1
         return interval if made >= 2 else first_interval
 
     while left:
+        answered = now
         if server.level(now) <= 0:
             refused += 1
             model.refused(now)
         else:
-            n = min(left, model.limit(min(left, page), now))
+            lead_s = spacing(calls + 1) * (1 + PAGE_JITTER) if lead else None
+            n = min(left, model.limit(min(left, page), now, lead_s))
+            answered = now + build_s_per_mib * n * RECORD / MIB
+            server.level(answered)
             server.tokens -= n * RECORD
-            model.spend(n * RECORD, n, now)
+            model.spend(n * RECORD, n, answered)
             left -= n
             calls += 1
             if times:
                 after_first += n * RECORD
             times.append(now)
         want = min(left, page) or 1
-        wait = max(spacing(calls), model.wait_s(model.want_bytes(want, spacing(calls)), now))
+        wait = max(now + spacing(calls) - answered, model.wait_s(model.want_bytes(want, spacing(calls)), answered))
         if left < page and model.record_bytes is not None:
-            wait = model.end_wait(left * model.record_bytes, wait, spacing(calls + 1), now)
-        now += wait
+            wait = model.end_wait(left * model.record_bytes, wait, spacing(calls + 1), answered)
+        now = answered + max(0.0, wait)
     return times[-1] - times[0], after_first, refused, calls
 
 
@@ -78,6 +87,25 @@ def test_a_backlog_is_read_at_the_shards_physical_limit_without_a_throttle():
     physical = (records * RECORD - SHARD_BURST_BYTES) / SHARD_BYTES_PER_S
     assert refused == 0
     assert window <= physical * 1.05  # the model's own arithmetic: one interval of slack at most
+
+
+def test_a_large_read_from_a_full_bucket_leads_with_a_small_page_so_no_refill_is_lost():
+    """Issue 20: the server charges a page when it has built it (moto: 0.074 s a MiB), and while
+    it builds the first 10 MB page of a catch-up the full bucket's refill is lost: the read took
+    that build time longer than the physical limit. A lead page is built at once and leaves the
+    bucket room to refill while the large page after it is built."""
+    records = 26 * MIB // RECORD
+    physical = (records * RECORD - SHARD_BURST_BYTES) / SHARD_BYTES_PER_S
+    build = 0.074
+    kw = {"interval": 0.5, "first_interval": 1.0, "record_bytes": RECORD, "build_s_per_mib": build}
+    blind, _, blind_refused, _ = catch_up(records, **kw)
+    window, _, refused, _ = catch_up(records, lead=True, **kw)
+    assert blind_refused == refused == 0
+    assert blind >= physical + 0.9 * 10 * build  # the first page's build, lost
+    lead_bytes = SHARD_BYTES_PER_S * (1.0 * (1 + PAGE_JITTER) + LEAD_BUILD_S)
+    assert window <= physical + build * lead_bytes / MIB + 0.05  # only the lead page's build
+    # Without a build time the lead page costs nothing either.
+    assert catch_up(records, lead=True, interval=0.5, first_interval=1.0, record_bytes=RECORD)[0] <= physical + 0.05
 
 
 def test_the_last_call_comes_when_the_rest_of_the_range_is_there():
