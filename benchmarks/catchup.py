@@ -76,7 +76,7 @@ from benchmarks.common import PUT_BATCH, REGION, create_stream, settings, shard_
 from benchmarks.quota import _rows_read
 from benchmarks.report import _reasons, _worst_shard
 from tests.support.proxy import THROTTLED, Seen
-from tests.support.quota import WINDOW_S, QuotaProxy, _data_bytes
+from tests.support.quota import WINDOW_S, QuotaProxy
 
 MIB = 1024 * 1024
 SHARD_BYTES_PER_S = 2 * MIB
@@ -158,12 +158,10 @@ class MeteredProxy(QuotaProxy):
         if status >= 500:
             with self._lock:
                 self.failures.append((call, status, data[:200].decode(errors="replace")))
-        if call.operation == "GetRecords" and status == 200 and call.shard is not None:
-            resp = json.loads(data)
-            answer = Answer(call, _data_bytes(resp), len(resp.get("Records", [])), time.monotonic())
-            with self._lock:
-                self.answers.append(answer)
         return data
+
+    def _charged(self, call: Seen, spent: int, records: int) -> None:
+        self.answers.append(Answer(call, spent, records, time.monotonic()))
 
     def data_calls(self, key: str, shard: str | None = None) -> list[Answer]:
         """``key``'s answers with records (of ``shard``), by arrival."""
