@@ -13,6 +13,7 @@ is tried again when the model says, the model having learnt that others read the
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import random
@@ -110,6 +111,10 @@ class RangeReader(RangeReaderBase):
         self._end_at = end_at
         # (first record's arrival, records received since, last one's arrival)
         self._arrivals: tuple[float, int, float] | None = None
+        # records arrive in bunches (a PutRecords' records share one arrival): how many of the
+        # last records read share the last one's arrival, and the most seen sharing one
+        self._bunch = 0
+        self._widest = 0
         self._carried: list[dict] | None = list(carried) if carried else None
 
     def _handed_over_page(self) -> Page | None:
@@ -166,6 +171,8 @@ class RangeReader(RangeReaderBase):
         if last_at - first_at < MIN_RATE_SPAN_S:
             return None
         left = records_between(last_at, self._end_at, (received - 1) / (last_at - first_at))
+        # a page that ended inside a bunch left the rest of it, arrived with its last record
+        left += max(0, self._widest - self._bunch)
         return left if left < self._limit else None
 
     def _seen(self, records: list[dict]) -> None:
@@ -173,11 +180,16 @@ class RangeReader(RangeReaderBase):
         if self._end_at is None or not records or "ApproximateArrivalTimestamp" not in records[-1]:
             return
         last_at = arrival_seconds(records[-1])
+        bunches = [sum(1 for _ in same) for _, same in itertools.groupby(records, key=arrival_seconds)]
         if self._arrivals is None:
             self._arrivals = (arrival_seconds(records[0]), len(records), last_at)
         else:
-            first_at, received, _ = self._arrivals
+            first_at, received, previous_at = self._arrivals
             self._arrivals = (first_at, received + len(records), last_at)
+            if arrival_seconds(records[0]) == previous_at:  # the page before ended inside this bunch
+                bunches[0] += self._bunch
+        self._bunch = bunches[-1]
+        self._widest = max(self._widest, *bunches)
 
     def _called(self, op: str) -> None:
         self.calls += 1

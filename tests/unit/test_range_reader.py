@@ -342,6 +342,19 @@ def test_a_range_of_unknown_size_times_its_last_call_by_its_end_records_arrival(
     assert late_last <= blind_last
 
 
+def test_a_page_that_ends_inside_a_bunch_counts_the_rest_of_it_as_left(monkeypatch):
+    """Records arrive in bunches (a PutRecords' records share one arrival, moto's 500 at a
+    time). A page that ended inside one left the rest of it, which an estimate from arrival
+    times after the page's last record does not count: the read's last call then came a
+    spacing late (here 0.47 s after the rest was there, against 0.14 s)."""
+    recs = [(s, 1_000_000.0 + (i // 10) * 0.1429) for i, (s, _) in enumerate(log_of(70))]
+    size = 60_000
+    all_there = (70 * (size + 1) + MARGIN_BYTES) / SHARD_BYTES_PER_S
+    _, blind_last = _paced_read(monkeypatch, recs, size, None)
+    _, last = _paced_read(monkeypatch, recs, size, recs[-1][1])
+    assert all_there <= last <= all_there + 0.2 < blind_last
+
+
 def test_only_a_read_of_more_than_a_bucket_leads_with_a_small_page(monkeypatch):
     """Issue 20: a large read's first page from a full bucket is a lead page (read_rate.py,
     ``LEAD_BUILD_S``), so the server builds the large page after it while the bucket refills. A
