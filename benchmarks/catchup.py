@@ -72,7 +72,15 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from benchmarks.canned import CannedKinesisServer, StreamSpec
-from benchmarks.common import PUT_BATCH, REGION, create_stream, settings, shard_hash_keys, source_options
+from benchmarks.common import (
+    PUT_BATCH,
+    REGION,
+    CpuSampler,
+    create_stream,
+    settings,
+    shard_hash_keys,
+    source_options,
+)
 from benchmarks.quota import _rows_read
 from benchmarks.report import _reasons, _worst_shard
 from tests.support.proxy import THROTTLED, Seen
@@ -278,7 +286,8 @@ def _options(proxy: MeteredProxy, url: str, stream: str, **extra: str) -> dict[s
 # -- 1. catch-up ---------------------------------------------------------------------------
 
 
-def _shard_figures(proxy: MeteredProxy, shard: str, backlog: int, started: float) -> dict[str, Any]:
+def _shard_figures(proxy: MeteredProxy, shard: str, backlog: int, started: float,
+                   cpu: CpuSampler | None = None) -> dict[str, Any]:
     """One shard of a catch-up: the executors' read window against the physical limit (also
     with the first executor answer's time), the whole query's window, calls and refusals."""
     calls = proxy.data_calls(SOURCE_KEY, shard)
@@ -312,6 +321,9 @@ def _shard_figures(proxy: MeteredProxy, shard: str, backlog: int, started: float
         "query_ratio": physical / query_window if query_window else 0.0,
         "refused": refused["total"],
         "refused_by_reason": refused["by_reason"],
+        # how busy the whole machine (every core) was during the read window: near 1.0, the
+        # figure measures the machine, not the pacing
+        "machine_busy": cpu.busy(execs[0].call.at, execs[-1].call.at) if cpu is not None and execs else None,
         "get_records_calls": len(proxy.calls("GetRecords", where=lambda s: s.access_key == SOURCE_KEY
                                              and s.shard is not None and s.shard[1] == shard)),
     }
@@ -334,6 +346,7 @@ def catch_up(spark: Any, url: str, shards: int, per_shard: int, backend: str = "
             backlog = _fill(client, stream, keys, per_shard)
         fill_s = time.monotonic() - began
         proxy = stack.enter_context(MeteredProxy(kinesis_url))
+        cpu = stack.enter_context(CpuSampler())
         started = time.monotonic()
         with _query(spark, _options(proxy, url, stream), available_now=True) as query:
             if not query.awaitTermination(CATCHUP_TIMEOUT_S):
@@ -343,7 +356,7 @@ def catch_up(spark: Any, url: str, shards: int, per_shard: int, backend: str = "
             ended = time.monotonic()
             rows = _rows_read(query)
             progress = [json.loads(p.json) for p in query.recentProgress]
-        per = [_shard_figures(proxy, shard, backlog[shard], started) for shard in shard_ids]
+        per = [_shard_figures(proxy, shard, backlog[shard], started, cpu) for shard in shard_ids]
         worst = min(per, key=lambda p: p["read_ratio"])
         refused = proxy.refusal_counts(SOURCE_KEY)
         return {
@@ -541,7 +554,7 @@ def _print_catch_up(r: dict[str, Any]) -> None:
           f"{w['read_window_s']:.2f} s for {w['physical_s']:.2f} s physical = {r['read_ratio_worst']:.3f} (with the "
           f"first answer's {w['first_executor_answer_s']:.2f} s: {w['ratio_with_first_answer']:.3f}; whole query "
           f"{w['query_ratio']:.3f}); refused {r['refused_source']}; read {r['records_read']:,} of "
-          f"{r['records_written']:,}", flush=True)
+          f"{r['records_written']:,}; machine busy {w.get('machine_busy') or 0:.0%}", flush=True)
 
 
 def _print_neighbour(r: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -179,6 +180,53 @@ def server_cpu_seconds(marker: str = "moto.server") -> float:
             continue  # gone meanwhile
         total += (int(fields[11]) + int(fields[12])) / tick
     return total
+
+
+def machine_cpu() -> tuple[float, float] | None:
+    """(busy, total) CPU ticks of the whole machine so far, every core (Linux ``/proc/stat``;
+    None elsewhere): two readings give how busy the machine was between them."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return float(total - idle), float(total)
+
+
+class CpuSampler:
+    """Samples :func:`machine_cpu` every ``interval_s`` on a thread, so that how busy the machine
+    was over any window of the run can be read afterwards (:meth:`busy`)."""
+
+    def __init__(self, interval_s: float = 0.25) -> None:
+        self.samples: list[tuple[float, float, float]] = []  # (monotonic, busy, total)
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            reading = machine_cpu()
+            if reading is not None:
+                self.samples.append((time.monotonic(), *reading))
+            if self._stop.wait(self._interval):
+                return
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def busy(self, start: float, end: float) -> float | None:
+        """The share of the machine's CPU (every core) in use from ``start`` to ``end``
+        (monotonic), between the samples nearest them; None without two samples there."""
+        inside = [s for s in self.samples if start - self._interval <= s[0] <= end + self._interval]
+        if len(inside) < 2 or inside[-1][2] <= inside[0][2]:
+            return None
+        return (inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2])
 
 
 def _version(dist: str) -> str | None:

@@ -129,7 +129,7 @@ def _catchup_targets(add: Any, c: dict[str, Any] | None) -> None:
         where = "moto" if backend == "moto" else "the canned server"
         add(f"catch-up (AvailableNow) on {where}, physical limit / executors' read window, worst shard, "
             f"{counts} shard(s)", ">= 0.95", worst, ", ".join(
-                f"{r['read_ratio_worst']:.2f} ({_shards(r['shards'])}{CPU_BOUND if r['shards'] >= 16 else ''}; "
+                f"{r['read_ratio_worst']:.2f} ({_shards(r['shards'])}{CPU_BOUND if _cpu_bound(r) else ''}; "
                 f"{_worst_shard(r)['ratio_with_first_answer']:.2f} against the limit with the first answer's "
                 f"{_worst_shard(r)['first_executor_answer_s']:.1f} s)" for r in mine),
             worst >= 0.95)
@@ -199,6 +199,21 @@ def _sink_targets(add: Any, sink: dict[str, Any] | None) -> None:
 
 
 CPU_BOUND = ", CPU-bound here"
+# A catch-up whose machine was this busy (every core) during its worst shard's read measures the
+# machine, not the pacing.
+BUSY_MACHINE = 0.9
+
+
+def _cpu_bound(r: dict[str, Any]) -> bool:
+    """True when the run's worst shard was read on a machine busy to ``BUSY_MACHINE`` (results
+    from before the figure was kept: 16 shards or more, as they were then judged)."""
+    busy = _worst_shard(r).get("machine_busy")
+    return r["shards"] >= 16 if busy is None else busy >= BUSY_MACHINE
+
+
+def _busy(r: dict[str, Any]) -> str:
+    busy = _worst_shard(r).get("machine_busy")
+    return "-" if busy is None else f"{busy:.0%}"
 
 
 def _worst_shard(r: dict[str, Any]) -> dict[str, Any]:
@@ -623,16 +638,19 @@ def _catchup(res: dict[str, Any]) -> list[str]:
            "proxy, while the bucket sits full (its refill lost); the limit with it is physical + that time. "
            "For information: the whole query's window (from the driver's first probe with records to the "
            "last call), and the time the executors' bytes after their first call take at 2 MiB/s. Refusals "
-           "by reason: bytes (the bucket empty) or calls (5 in the last second).", "",
+           "by reason: bytes (the bucket empty) or calls (5 in the last second). Machine busy: the share of "
+           "every core in use during the worst shard's read window (/proc/stat); from "
+           f"{BUSY_MACHINE:.0%} the run is marked CPU-bound.", "",
            "| Kinesis server | shards | backlog per shard | read window (worst shard) | physical limit | "
            "ratio: worst (median) | "
            "first answer; limit with it; ratio | whole query: window, ratio | executors' bytes at 2 MiB/s | "
-           "first data call, first executor call (after start) | refused | records written / read | query |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "first data call, first executor call (after start) | refused | records written / read | "
+           "machine busy | query |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in c["catch_up"]:
         w = _worst_shard(r)
         out.append(
-            f"| {r.get('backend', 'moto')} | {r['shards']:,}{' (CPU-bound)' if r['shards'] >= 16 else ''} | "
+            f"| {r.get('backend', 'moto')} | {r['shards']:,}{' (CPU-bound)' if _cpu_bound(r) else ''} | "
             f"{w['backlog_bytes'] / mib:.1f} MiB | "
             f"{w['read_window_s']:.2f} s | {w['physical_s']:.2f} s | "
             f"{r['read_ratio_worst']:.2f} ({r['read_ratio_median']:.2f}) | {w['first_executor_answer_s']:.2f} s; "
@@ -640,7 +658,7 @@ def _catchup(res: dict[str, Any]) -> list[str]:
             f"{w['query_window_s']:.2f} s, {w['query_ratio']:.2f} | {w['executor_ideal_s']:.2f} s | "
             f"{w['first_data_call_s']:.1f} s, {w['first_executor_call_s']:.1f} s | "
             f"{r['refused_source']} ({_reasons(r['refused_by_reason'])}) | "
-            f"{r['records_written']:,} / {r['records_read']:,} | {r['query_seconds']:.1f} s |")
+            f"{r['records_written']:,} / {r['records_read']:,} | {_busy(r)} | {r['query_seconds']:.1f} s |")
     nb = c["neighbour"]
     if nb:
         r0 = nb[0]
