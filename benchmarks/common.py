@@ -194,13 +194,37 @@ def machine_cpu() -> tuple[float, float] | None:
     return float(total - idle), float(total)
 
 
+def _process_ticks() -> dict[tuple[int, str], float]:
+    """CPU ticks (user and system) of every Python and Java process so far, by (pid, what it is:
+    ``benchmark`` for this one, ``moto``, ``spark-python`` for PySpark's daemon and workers,
+    ``java``, else ``python``); empty where ``/proc`` is missing."""
+    out: dict[tuple[int, str], float] = {}
+    me = os.getpid()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (proc / "cmdline").read_bytes()
+            if b"python" not in cmd and b"java" not in cmd:
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        pid = int(proc.name)
+        what = ("benchmark" if pid == me else "moto" if b"moto.server" in cmd
+                else "spark-python" if b"pyspark" in cmd else "java" if b"java" in cmd.split(b"\0")[0] else "python")
+        out[(pid, what)] = float(int(fields[11]) + int(fields[12]))
+    return out
+
+
 class CpuSampler:
-    """Samples :func:`machine_cpu` every ``interval_s`` on a thread, so that how busy the machine
-    was over any window of the run can be read afterwards (:meth:`busy`)."""
+    """Samples :func:`machine_cpu` every ``interval_s`` on a thread, and each Python and Java
+    process's CPU (:func:`_process_ticks`), so that how busy the machine and its busiest process
+    were over any window of the run can be read afterwards (:meth:`busy`, :meth:`busiest`)."""
 
     def __init__(self, interval_s: float = 0.25) -> None:
         self.samples: list[tuple[float, float, float]] = []  # (monotonic, busy, total)
+        self.processes: list[tuple[float, dict[tuple[int, str], float]]] = []
         self._interval = interval_s
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
 
@@ -209,6 +233,7 @@ class CpuSampler:
             reading = machine_cpu()
             if reading is not None:
                 self.samples.append((time.monotonic(), *reading))
+            self.processes.append((time.monotonic(), _process_ticks()))
             if self._stop.wait(self._interval):
                 return
 
@@ -220,13 +245,28 @@ class CpuSampler:
         self._stop.set()
         self._thread.join()
 
+    def _around(self, rows: list, start: float, end: float) -> list:
+        return [r for r in rows if start - self._interval <= r[0] <= end + self._interval]
+
     def busy(self, start: float, end: float) -> float | None:
         """The share of the machine's CPU (every core) in use from ``start`` to ``end``
         (monotonic), between the samples nearest them; None without two samples there."""
-        inside = [s for s in self.samples if start - self._interval <= s[0] <= end + self._interval]
+        inside = self._around(self.samples, start, end)
         if len(inside) < 2 or inside[-1][2] <= inside[0][2]:
             return None
         return (inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2])
+
+    def busiest(self, start: float, end: float) -> tuple[str, float] | None:
+        """The process that used the most CPU from ``start`` to ``end`` (monotonic): what it is
+        and how many cores it used on average (a Python process's one thread at a time holds
+        at most one); None without two samples there."""
+        inside = self._around(self.processes, start, end)
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return None
+        (t0, first), (t1, last) = inside[0], inside[-1]
+        used = {key: (ticks - first.get(key, 0.0)) / self._tick / (t1 - t0) for key, ticks in last.items()}
+        key = max(used, key=lambda k: used[k])
+        return key[1], used[key]
 
 
 def _version(dist: str) -> str | None:

@@ -199,21 +199,30 @@ def _sink_targets(add: Any, sink: dict[str, Any] | None) -> None:
 
 
 CPU_BOUND = ", CPU-bound here"
-# A catch-up whose machine was this busy (every core) during its worst shard's read measures the
-# machine, not the pacing.
+# A catch-up whose machine was this busy (every core), or one of whose Python processes used this
+# much of a core (all its GIL gives it), during its worst shard's read measures the machine, not
+# the pacing.
 BUSY_MACHINE = 0.9
 
 
 def _cpu_bound(r: dict[str, Any]) -> bool:
-    """True when the run's worst shard was read on a machine busy to ``BUSY_MACHINE`` (results
-    from before the figure was kept: 16 shards or more, as they were then judged)."""
-    busy = _worst_shard(r).get("machine_busy")
-    return r["shards"] >= 16 if busy is None else busy >= BUSY_MACHINE
+    """True when the run's worst shard was read on a machine, or beside a Python process, busy
+    to ``BUSY_MACHINE`` (results from before the figures were kept: 16 shards or more, as they
+    were then judged)."""
+    w = _worst_shard(r)
+    busy, busiest = w.get("machine_busy"), w.get("busiest_process")
+    if busy is None:
+        return r["shards"] >= 16
+    gil_bound = busiest is not None and busiest[0] != "java" and busiest[1] >= BUSY_MACHINE
+    return busy >= BUSY_MACHINE or gil_bound
 
 
 def _busy(r: dict[str, Any]) -> str:
-    busy = _worst_shard(r).get("machine_busy")
-    return "-" if busy is None else f"{busy:.0%}"
+    w = _worst_shard(r)
+    busy, busiest = w.get("machine_busy"), w.get("busiest_process")
+    if busy is None:
+        return "-"
+    return f"{busy:.0%}" + ("" if busiest is None else f"; {busiest[0]} {busiest[1]:.2f} cores")
 
 
 def _worst_shard(r: dict[str, Any]) -> dict[str, Any]:
@@ -639,13 +648,16 @@ def _catchup(res: dict[str, Any]) -> list[str]:
            "For information: the whole query's window (from the driver's first probe with records to the "
            "last call), and the time the executors' bytes after their first call take at 2 MiB/s. Refusals "
            "by reason: bytes (the bucket empty) or calls (5 in the last second). Machine busy: the share of "
-           "every core in use during the worst shard's read window (/proc/stat); from "
-           f"{BUSY_MACHINE:.0%} the run is marked CPU-bound.", "",
+           "every core in use during the worst shard's read window (/proc/stat), and the process that used "
+           "the most CPU then (the benchmark's own holds the quota proxy, the canned server and Spark's "
+           "driver; spark-python: a PySpark worker), in cores; a run is marked CPU-bound from "
+           f"{BUSY_MACHINE:.0%} of the machine or {BUSY_MACHINE:.2f} cores of a Python process (its GIL "
+           "gives it one).", "",
            "| Kinesis server | shards | backlog per shard | read window (worst shard) | physical limit | "
            "ratio: worst (median) | "
            "first answer; limit with it; ratio | whole query: window, ratio | executors' bytes at 2 MiB/s | "
            "first data call, first executor call (after start) | refused | records written / read | "
-           "machine busy | query |",
+           "machine busy; busiest process | query |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in c["catch_up"]:
         w = _worst_shard(r)
