@@ -324,6 +324,7 @@ def _shard_figures(proxy: MeteredProxy, shard: str, backlog: int, started: float
         # how busy the whole machine (every core) was during the read window: near 1.0, the
         # figure measures the machine, not the pacing
         "machine_busy": cpu.busy(execs[0].call.at, execs[-1].call.at) if cpu is not None and execs else None,
+        "machine_busy_peak": cpu.peak_busy(execs[0].call.at, execs[-1].call.at) if cpu is not None and execs else None,
         # the process that used the most CPU then, and how many cores (one is all a Python
         # process's GIL gives it)
         "busiest_process": cpu.busiest(execs[0].call.at, execs[-1].call.at) if cpu is not None and execs else None,
@@ -557,7 +558,8 @@ def _print_catch_up(r: dict[str, Any]) -> None:
           f"{w['read_window_s']:.2f} s for {w['physical_s']:.2f} s physical = {r['read_ratio_worst']:.3f} (with the "
           f"first answer's {w['first_executor_answer_s']:.2f} s: {w['ratio_with_first_answer']:.3f}; whole query "
           f"{w['query_ratio']:.3f}); refused {r['refused_source']}; read {r['records_read']:,} of "
-          f"{r['records_written']:,}; machine busy {w.get('machine_busy') or 0:.0%}, busiest process "
+          f"{r['records_written']:,}; machine busy {w.get('machine_busy') or 0:.0%} (the busiest second "
+          f"{w.get('machine_busy_peak') or 0:.0%}), busiest process "
           f"{w.get('busiest_process')}", flush=True)
 
 

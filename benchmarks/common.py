@@ -209,8 +209,10 @@ def _process_ticks() -> dict[tuple[int, str], float]:
         except OSError:
             continue  # gone meanwhile
         pid = int(proc.name)
-        what = ("benchmark" if pid == me else "moto" if b"moto.server" in cmd
-                else "spark-python" if b"pyspark" in cmd else "java" if b"java" in cmd.split(b"\0")[0] else "python")
+        program = cmd.split(b"\0")[0]
+        # (Spark's JVM names pyspark-shell on its command line: the program decides first)
+        what = ("benchmark" if pid == me else "java" if program.endswith(b"java") else "moto" if b"moto.server" in cmd
+                else "spark-python" if b"pyspark" in cmd else "python")
         out[(pid, what)] = float(int(fields[11]) + int(fields[12]))
     return out
 
@@ -255,6 +257,17 @@ class CpuSampler:
         if len(inside) < 2 or inside[-1][2] <= inside[0][2]:
             return None
         return (inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2])
+
+    def peak_busy(self, start: float, end: float, span_s: float = 1.0) -> float | None:
+        """The most of the machine's CPU in use over any ``span_s`` from ``start`` to ``end``
+        (a window's mean hides a saturated burst, such as every shard's first pages at once)."""
+        inside = self._around(self.samples, start, end)
+        peaks = []
+        for i, (t0, busy0, total0) in enumerate(inside):
+            later = [s for s in inside[i + 1:] if s[0] - t0 >= span_s]
+            if later and later[0][2] > total0:
+                peaks.append((later[0][1] - busy0) / (later[0][2] - total0))
+        return max(peaks) if peaks else None
 
     def busiest(self, start: float, end: float) -> tuple[str, float] | None:
         """The process that used the most CPU from ``start`` to ``end`` (monotonic): what it is

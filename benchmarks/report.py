@@ -199,18 +199,18 @@ def _sink_targets(add: Any, sink: dict[str, Any] | None) -> None:
 
 
 CPU_BOUND = ", CPU-bound here"
-# A catch-up whose machine was this busy (every core), or one of whose Python processes used this
-# much of a core (all its GIL gives it), during its worst shard's read measures the machine, not
-# the pacing.
+# A catch-up whose machine was this busy (every core) in the busiest second of its worst shard's
+# read, or one of whose Python processes used this much of a core over it (all its GIL gives
+# it), measures the machine, not the pacing.
 BUSY_MACHINE = 0.9
 
 
 def _cpu_bound(r: dict[str, Any]) -> bool:
-    """True when the run's worst shard was read on a machine, or beside a Python process, busy
-    to ``BUSY_MACHINE`` (results from before the figures were kept: 16 shards or more, as they
-    were then judged)."""
+    """True when the run's worst shard was read on a machine (in its busiest second), or beside a
+    Python process (over the read), busy to ``BUSY_MACHINE`` (results from before the figures
+    were kept: 16 shards or more, as they were then judged)."""
     w = _worst_shard(r)
-    busy, busiest = w.get("machine_busy"), w.get("busiest_process")
+    busy, busiest = w.get("machine_busy_peak", w.get("machine_busy")), w.get("busiest_process")
     if busy is None:
         return r["shards"] >= 16
     gil_bound = busiest is not None and busiest[0] != "java" and busiest[1] >= BUSY_MACHINE
@@ -219,10 +219,11 @@ def _cpu_bound(r: dict[str, Any]) -> bool:
 
 def _busy(r: dict[str, Any]) -> str:
     w = _worst_shard(r)
-    busy, busiest = w.get("machine_busy"), w.get("busiest_process")
+    busy, peak, busiest = w.get("machine_busy"), w.get("machine_busy_peak"), w.get("busiest_process")
     if busy is None:
         return "-"
-    return f"{busy:.0%}" + ("" if busiest is None else f"; {busiest[0]} {busiest[1]:.2f} cores")
+    return (f"{busy:.0%}" + ("" if peak is None else f" (busiest second {peak:.0%})")
+            + ("" if busiest is None else f"; {busiest[0]} {busiest[1]:.2f} cores"))
 
 
 def _worst_shard(r: dict[str, Any]) -> dict[str, Any]:
@@ -648,11 +649,12 @@ def _catchup(res: dict[str, Any]) -> list[str]:
            "For information: the whole query's window (from the driver's first probe with records to the "
            "last call), and the time the executors' bytes after their first call take at 2 MiB/s. Refusals "
            "by reason: bytes (the bucket empty) or calls (5 in the last second). Machine busy: the share of "
-           "every core in use during the worst shard's read window (/proc/stat), and the process that used "
+           "every core in use during the worst shard's read window (/proc/stat), in its busiest second, and "
+           "the process that used "
            "the most CPU then (the benchmark's own holds the quota proxy, the canned server and Spark's "
            "driver; spark-python: a PySpark worker), in cores; a run is marked CPU-bound from "
-           f"{BUSY_MACHINE:.0%} of the machine or {BUSY_MACHINE:.2f} cores of a Python process (its GIL "
-           "gives it one).", "",
+           f"{BUSY_MACHINE:.0%} of the machine in the busiest second or {BUSY_MACHINE:.2f} cores of a Python "
+           "process over the window (its GIL gives it one).", "",
            "| Kinesis server | shards | backlog per shard | read window (worst shard) | physical limit | "
            "ratio: worst (median) | "
            "first answer; limit with it; ratio | whole query: window, ratio | executors' bytes at 2 MiB/s | "
