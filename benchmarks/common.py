@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -169,17 +169,20 @@ def server_cpu_seconds(marker: str = "moto.server") -> float:
     """CPU seconds (user and system) used so far by the local processes whose command line holds
     ``marker`` (Linux ``/proc``; 0.0 elsewhere): what the test servers take from the machine
     that Spark and the source share."""
-    total = 0.0
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return sum(ticks for _, cmd, ticks in _processes() if marker.encode() in cmd) / tick
+
+
+def _processes() -> Iterator[tuple[int, bytes, int]]:
+    """(pid, command line, CPU ticks used so far: user and system) of every process readable in
+    ``/proc`` (none elsewhere)."""
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if marker.encode() not in (proc / "cmdline").read_bytes():
-                continue
+            cmd = (proc / "cmdline").read_bytes()
             fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue  # gone meanwhile
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+        yield int(proc.name), cmd, int(fields[11]) + int(fields[12])
 
 
 def machine_cpu() -> tuple[float, float] | None:
@@ -200,20 +203,14 @@ def _process_ticks() -> dict[tuple[int, str], float]:
     ``java``, else ``python``); empty where ``/proc`` is missing."""
     out: dict[tuple[int, str], float] = {}
     me = os.getpid()
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            cmd = (proc / "cmdline").read_bytes()
-            if b"python" not in cmd and b"java" not in cmd:
-                continue
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        pid = int(proc.name)
+    for pid, cmd, ticks in _processes():
+        if b"python" not in cmd and b"java" not in cmd:
+            continue
         program = cmd.split(b"\0")[0]
         # (Spark's JVM names pyspark-shell on its command line: the program decides first)
         what = ("benchmark" if pid == me else "java" if program.endswith(b"java") else "moto" if b"moto.server" in cmd
                 else "spark-python" if b"pyspark" in cmd else "python")
-        out[(pid, what)] = float(int(fields[11]) + int(fields[12]))
+        out[(pid, what)] = float(ticks)
     return out
 
 
