@@ -180,13 +180,16 @@ class RangeReader(RangeReaderBase):
         if self._end_at is None or not records or "ApproximateArrivalTimestamp" not in records[-1]:
             return
         last_at = arrival_seconds(records[-1])
-        bunches = [sum(1 for _ in same) for _, same in itertools.groupby(records, key=arrival_seconds)]
+        first = records[0].get("ApproximateArrivalTimestamp")
+        first_at = last_at if first is None else arrival_seconds(records[0])
+        arrived = [r.get("ApproximateArrivalTimestamp") for r in records]
+        bunches = [sum(1 for _ in same) for _, same in itertools.groupby(arrived)]
         if self._arrivals is None:
-            self._arrivals = (arrival_seconds(records[0]), len(records), last_at)
+            self._arrivals = (first_at, len(records), last_at)
         else:
-            first_at, received, previous_at = self._arrivals
-            self._arrivals = (first_at, received + len(records), last_at)
-            if arrival_seconds(records[0]) == previous_at:  # the page before ended inside this bunch
+            since, received, previous_at = self._arrivals
+            self._arrivals = (since, received + len(records), last_at)
+            if first is not None and first_at == previous_at:  # the page before ended inside this bunch
                 bunches[0] += self._bunch
         self._bunch = bunches[-1]
         self._widest = max(self._widest, *bunches)
