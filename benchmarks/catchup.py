@@ -19,12 +19,14 @@ bucket empty, or its 5 calls of the last second made); and the server's 5xx answ
    no better than take the full 10 MiB bucket at once and then 2 MiB/s, so the *physical limit*
    is ``(backlog bytes - 10 MiB) / 2 MiB/s``; the target figure is physical / read window (the
    worst shard's). The first executor answer's time at the proxy (answer - call) is reported
-   too: the proxy charges a response when it passes, so while that first (10 MiB) answer is on
-   its way the bucket sits full and its refill is lost; *limit with the first answer* = physical
-   + that time, and the ratio against it is a second figure. The whole query's window (from the
+   too: the proxy charges a response when it passes, so while that first answer (a lead page of
+   about 3.5 MiB, read_rate.py's ``LEAD_BUILD_S``) is on its way the bucket sits full and its
+   refill is lost; *limit with the first answer* = physical + that time, and the ratio against
+   it is a second figure. The whole query's window (from the
    driver's first data call) is kept for information. Also the source's refusals (by reason) and
-   the rows read against the records written. 1 shard (``--quick``: only this), 4 and 16 shards
-   (16 is CPU-bound on a 2-core machine: moto, the proxy and Spark share it). Each size runs on
+   the rows read against the records written, and how busy the machine was during the worst
+   shard's read (over it, in its busiest second, and its busiest process: a run marked
+   CPU-bound measures the machine). 1 shard (``--quick``: only this), 4 and 16 shards. Each size runs on
    moto and again on the canned server (:mod:`benchmarks.canned`; the same backlog, there when
    the server starts), behind the same proxy: moto builds a 10 MB answer in most of a second on
    the cores the reader uses, a remote Kinesis does not.
@@ -297,6 +299,10 @@ def _shard_figures(proxy: MeteredProxy, shard: str, backlog: int, started: float
     physical = max(0.0, backlog - BURST_BYTES) / SHARD_BYTES_PER_S
     first_answer = execs[0].latency if execs else 0.0
     refused = proxy.refusal_counts(SOURCE_KEY, shard)
+    busy = peak = busiest = None
+    if cpu is not None and execs:
+        read = (execs[0].call.at, execs[-1].call.at)
+        busy, peak, busiest = cpu.busy(*read), cpu.peak_busy(*read), cpu.busiest(*read)
     return {
         "shard": shard,
         "backlog_bytes": backlog,
@@ -321,13 +327,12 @@ def _shard_figures(proxy: MeteredProxy, shard: str, backlog: int, started: float
         "query_ratio": physical / query_window if query_window else 0.0,
         "refused": refused["total"],
         "refused_by_reason": refused["by_reason"],
-        # how busy the whole machine (every core) was during the read window: near 1.0, the
-        # figure measures the machine, not the pacing
-        "machine_busy": cpu.busy(execs[0].call.at, execs[-1].call.at) if cpu is not None and execs else None,
-        "machine_busy_peak": cpu.peak_busy(execs[0].call.at, execs[-1].call.at) if cpu is not None and execs else None,
-        # the process that used the most CPU then, and how many cores (one is all a Python
-        # process's GIL gives it)
-        "busiest_process": cpu.busiest(execs[0].call.at, execs[-1].call.at) if cpu is not None and execs else None,
+        # how busy the whole machine (every core) was during the read window, over it and in its
+        # busiest second (near 1.0, the figure measures the machine, not the pacing), and the
+        # process that used the most CPU then, in cores (one is all a Python process's GIL gives)
+        "machine_busy": busy,
+        "machine_busy_peak": peak,
+        "busiest_process": busiest,
         "get_records_calls": len(proxy.calls("GetRecords", where=lambda s: s.access_key == SOURCE_KEY
                                              and s.shard is not None and s.shard[1] == shard)),
     }

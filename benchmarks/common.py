@@ -165,12 +165,14 @@ def fill_backlog(client: Any, stream: str, records: int, size: int) -> dict[str,
     return per_shard
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc's CPU ticks a second
+
+
 def server_cpu_seconds(marker: str = "moto.server") -> float:
     """CPU seconds (user and system) used so far by the local processes whose command line holds
     ``marker`` (Linux ``/proc``; 0.0 elsewhere): what the test servers take from the machine
     that Spark and the source share."""
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    return sum(ticks for _, cmd, ticks in _processes() if marker.encode() in cmd) / tick
+    return sum(ticks for _, cmd, ticks in _processes() if marker.encode() in cmd) / _TICK
 
 
 def _processes() -> Iterator[tuple[int, bytes, int]]:
@@ -197,20 +199,23 @@ def machine_cpu() -> tuple[float, float] | None:
     return float(total - idle), float(total)
 
 
-def _process_ticks() -> dict[tuple[int, str], float]:
-    """CPU ticks (user and system) of every Python and Java process so far, by (pid, what it is:
+def _process_ticks() -> dict[tuple[int, str], tuple[float, float]]:
+    """CPU ticks (user and system) of every Python and Java process so far, with when each was
+    read (monotonic: a scan of ``/proc`` from a busy Python process can take a good part of a
+    second, so one time for the whole scan would be wrong for most of it), by (pid, what it is:
     ``benchmark`` for this one, ``moto``, ``spark-python`` for PySpark's daemon and workers,
     ``java``, else ``python``); empty where ``/proc`` is missing."""
-    out: dict[tuple[int, str], float] = {}
+    out: dict[tuple[int, str], tuple[float, float]] = {}
     me = os.getpid()
     for pid, cmd, ticks in _processes():
+        read_at = time.monotonic()
         if b"python" not in cmd and b"java" not in cmd:
             continue
         program = cmd.split(b"\0")[0]
         # (Spark's JVM names pyspark-shell on its command line: the program decides first)
         what = ("benchmark" if pid == me else "java" if program.endswith(b"java") else "moto" if b"moto.server" in cmd
                 else "spark-python" if b"pyspark" in cmd else "python")
-        out[(pid, what)] = float(ticks)
+        out[(pid, what)] = (read_at, float(ticks))
     return out
 
 
@@ -221,9 +226,8 @@ class CpuSampler:
 
     def __init__(self, interval_s: float = 0.25) -> None:
         self.samples: list[tuple[float, float, float]] = []  # (monotonic, busy, total)
-        self.processes: list[tuple[float, dict[tuple[int, str], float]]] = []
+        self.processes: list[tuple[float, dict[tuple[int, str], tuple[float, float]]]] = []
         self._interval = interval_s
-        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
 
@@ -232,7 +236,8 @@ class CpuSampler:
             reading = machine_cpu()
             if reading is not None:
                 self.samples.append((time.monotonic(), *reading))
-            self.processes.append((time.monotonic(), _process_ticks()))
+            began = time.monotonic()
+            self.processes.append((began, _process_ticks()))
             if self._stop.wait(self._interval):
                 return
 
@@ -273,8 +278,11 @@ class CpuSampler:
         inside = self._around(self.processes, start, end)
         if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
             return None
-        (t0, first), (t1, last) = inside[0], inside[-1]
-        used = {key: (ticks - first.get(key, 0.0)) / self._tick / (t1 - t0) for key, ticks in last.items()}
+        (_, first), (_, last) = inside[0], inside[-1]
+        used = {key: (ticks - first[key][1]) / _TICK / (at - first[key][0])
+                for key, (at, ticks) in last.items() if key in first and at > first[key][0]}
+        if not used:
+            return None
         key = max(used, key=lambda k: used[k])
         return key[1], used[key]
 
