@@ -295,7 +295,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
             arns = self._consumers.arns()
         hashes = self.planner.hash_ranges() if ranges else {}
         booked, report_to = self.planner.hand_over(ranges) if ranges else ({}, None)
-        unplanned = (None, 0.0, None, None, None, ())
+        unplanned = (None, 0.0, None, None, None, (), None)
         reads = [ShardRead(r, arns.get(r.stream), hashes.get(r.shard), *booked.get(r.shard, unplanned)) for r in ranges]
         per_task = shards_per_task(len(reads), self._opts.shards_per_task, self._parallelism)
         return [RangePartition.of(task, settings, self._opts, report_to) for task in group(reads, per_task)]

@@ -62,8 +62,10 @@ _TARGET_WAIT_S = 0.5
 # the range's start (or None), the wall-clock time its first call is booked for, how many
 # records the range holds (None: not known), the shard's byte model (None: the read makes no
 # call), when the range's end record arrived (epoch seconds; None: not known, or the size is),
-# and the range's first records, which the driver already read (driver/carried.py).
-Booking = tuple[tuple[str, str | None] | None, float, int | None, RateState | None, float | None, tuple[dict, ...]]
+# the range's first records, which the driver already read (driver/carried.py), and the
+# wall-clock time the shard's budget has room for the read's second call (None: not held).
+Booking = tuple[tuple[str, str | None] | None, float, int | None, RateState | None, float | None,
+                tuple[dict, ...], float | None]
 
 
 class Planner:
@@ -434,7 +436,7 @@ class Planner:
             if carried is not None and carried[1]:
                 # every record of the range is in the partition: the read makes no call, sends no
                 # report, and the driver's probes go on finding the shard's next records
-                out[rng.shard] = (None, 0.0, None, None, None, carried[0])
+                out[rng.shard] = (None, 0.0, None, None, None, carried[0], None)
                 self._carried_ranges += 1
                 self._carried_records += len(carried[0])
                 continue
@@ -446,6 +448,12 @@ class Planner:
                 opener = (carried[2], None) if carried[2] is not None else None
             at, self._bookings[rng.shard] = self.budget.book_read(rng.shard, opener is None, now)
             self._booked += 1
+            # The driver's probes of the shard stop while it is read (the report resumes them):
+            # after its first call the read has the whole budget, once the probes before it
+            # have left the window.
+            second = None
+            if address is not None and tips is not None:
+                second = wall + (self.budget.free_at(rng.shard, GET_RECORDS, now=at) - now)
             records = end_at = None
             if self._tips is not None:
                 records = self._tips.read_size(rng.shard, rng.start, rng.end_seq)
@@ -455,7 +463,7 @@ class Planner:
             if end_at is None and records is None and self._target is not None:
                 end_at = self._target.arrival(rng.shard, rng.end_seq)
             rate = self.byte_budget.hand_out(rng.shard, records - len(prefix) if records else records)
-            out[rng.shard] = (opener, wall + (at - now), records, rate, end_at, prefix)
+            out[rng.shard] = (opener, wall + (at - now), records, rate, end_at, prefix, second)
         if address is not None and tips is not None:
             tips.reading(reading, time.monotonic() + READ_HOLD_S)
         return out, address

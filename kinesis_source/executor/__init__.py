@@ -62,7 +62,7 @@ def _reader(client: Any, partition: RangePartition, read: ShardRead) -> Reader:
         client, read.range, partition.page_limit, partition.fail_on_data_loss, read.opener,
         partition.page_interval_s, read.not_before, read.records, read.rate, partition.max_rate,
         partition.settings.max_retries + 1, dict(partition.settings.stream_arns).get(read.range.stream),
-        partition.held_interval_s, read.end_at, read.carried,
+        partition.held_interval_s, read.end_at, read.carried, read.second_at,
     )
 
 

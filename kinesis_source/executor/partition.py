@@ -31,6 +31,9 @@ class ShardRead:
     # the range's first records (all of them, or up to where ``opener`` reads on), which the
     # driver already read: the executor reads none of them again
     carried: tuple[dict, ...] = ()
+    # epoch seconds: when the shard's call budget has room for the read's second GetRecords,
+    # given the driver's probes before it (None: the read's share's spacing after the first)
+    second_at: float | None = None
 
     def __repr__(self) -> str:
         # The opener's iterator is a credential-like token for the shard: kept out of logs.

@@ -75,6 +75,7 @@ class RangeReader(RangeReaderBase):
         held_interval_s: float | None = None,
         end_at: float | None = None,
         carried: tuple[dict, ...] = (),
+        second_at: float | None = None,
     ) -> None:
         """``records``: how many records the range holds, when planning knows or estimates it
         (then each call asks for what is left of them, not ``limit``: records past the end would
@@ -90,7 +91,10 @@ class RangeReader(RangeReaderBase):
         arrivals, to time its last call. ``carried``: the range's first records, which the
         driver already read (``driver/carried.py``): they are the read's first page, with no
         call; the rest, if any, is read with ``opener`` (an iterator after them) or a new
-        iterator."""
+        iterator. ``second_at``: when the shard's call budget has room for the read's second
+        ``GetRecords`` (epoch seconds), given the driver's probes before the read: with
+        ``held_interval_s``, the second call waits for that and ``held_interval_s`` instead of
+        ``page_interval_s``."""
         super().__init__(rng, fail_on_data_loss)
         self._client = client
         self._limit = limit
@@ -116,6 +120,7 @@ class RangeReader(RangeReaderBase):
         self._bunch = 0
         self._widest = 0
         self._carried: list[dict] | None = list(carried) if carried else None
+        self._second_at = second_at if held_interval_s is not None else None
 
     def _handed_over_page(self) -> Page | None:
         """The first page from the driver's iterator, if it starts with the expected record."""
@@ -209,13 +214,19 @@ class RangeReader(RangeReaderBase):
 
     def _spacing(self, calls: int | None = None) -> float:
         """Least time before the next ``GetRecords`` after ``calls`` of them (default: those
-        made): the read's share of the shard's call budget up to its second call (a driver probe
-        may have come just before the first), then the whole budget where the driver holds its
-        probes of the shard while it is read."""
+        made): the whole budget where the driver holds its probes of the shard while it is read;
+        but before the second call, the read's share of the budget, unless the driver said when
+        its last probe leaves room for that call (``second_at``; a probe may have come just
+        before the first)."""
         calls = len(self.call_times["GetRecords"]) if calls is None else calls
-        if self._held_interval is not None and calls >= 2:
+        if self._held_interval is not None and (calls >= 2 or (calls == 1 and self._second_at is not None)):
             return self._held_interval
         return self._interval
+
+    def _second_wait(self, calls: int, now: float) -> float:
+        """How long the call after ``calls`` must wait for the driver's probes before the read
+        to leave its window (the second call only)."""
+        return self._second_at - now if calls == 1 and self._second_at is not None else 0.0
 
     def _booked_wait(self) -> float:
         """Before the read's first call: how long until the time the driver booked it for (a
@@ -233,20 +244,23 @@ class RangeReader(RangeReaderBase):
         ``MAX_BOOKED_WAIT_S``); later pages keep this reader's share apart. Bytes: until the
         model holds what the call is worth; the ``Limit`` is what it holds."""
         records, model, interval = self._page_limit(), self.bytes, self._spacing()
+        calls = len(self.call_times["GetRecords"])
         if self._last_call is None:
             wait = self._booked_wait()
         else:
             spacing = interval * (1 + PAGE_JITTER * random.random())
-            wait = self._last_call + spacing - time.monotonic()
+            wait = max(self._last_call + spacing - time.monotonic(), self._second_wait(calls, time.time()))
         wait = max(wait, model.wait_s(model.want_bytes(records, interval), time.time()))
-        next_spacing = self._spacing(calls=len(self.call_times["GetRecords"]) + 1)
+        next_spacing = self._spacing(calls=calls + 1)
         left = self._left(records)
         if left is not None and model.record_bytes is not None:  # the rest fits one call
             wait = model.end_wait(left * model.record_bytes, wait, next_spacing, time.time())
         if wait > 0:
             time.sleep(wait)  # pacing to the shard's budgets, not waiting on a condition
         self._last_call = time.monotonic()
-        lead_s = next_spacing * (1 + PAGE_JITTER) if self._beyond_a_bucket(left) else None
+        lead_s = None
+        if self._beyond_a_bucket(left):  # the time until the next call could come, at most
+            lead_s = max(next_spacing * (1 + PAGE_JITTER), self._second_wait(calls + 1, time.time()))
         return model.limit(records, time.time(), lead_s)
 
     def _beyond_a_bucket(self, left: int | None) -> bool:

@@ -305,6 +305,13 @@ def _paced_read(monkeypatch, recs, size, end_at, level=0.0, records=None):
     """Read all of ``recs`` (``size`` bytes each) from a byte model at ``level`` (drained by
     default; the records' size known when it is full), on a fake clock; returns (the calls'
     Limits, when the last call came: seconds after the start)."""
+    fake, reader = _paced_reader(monkeypatch, recs, size, end_at, level, records)
+    return fake.limits, reader.call_times["GetRecords"][-1] - 1000.0
+
+
+def _paced_reader(monkeypatch, recs, size, end_at, level=0.0, records=None, **kw):
+    """:func:`_paced_read`'s read (``kw``: more of the reader's arguments); returns the fake
+    server and the reader, its clock started at 1000."""
     fake = FakeKinesis({"a": FakeShard(recs, payloads={s: b"x" * size for s, _ in recs})})
     clock = [1000.0]
 
@@ -317,9 +324,10 @@ def _paced_read(monkeypatch, recs, size, end_at, level=0.0, records=None):
     monkeypatch.setattr("kinesis_source.executor.polling.random.random", lambda: 0.0)
     rng = ShardRange("s", "a", Position.trim_horizon(), recs[-1][0])
     rate = RateState(level, clock[0], record_bytes=size + 1 if level else None)
-    reader = RangeReader(fake, rng, 10000, page_interval_s=0.5, rate=rate, end_at=end_at, records=records)
+    kw.setdefault("page_interval_s", 0.5)
+    reader = RangeReader(fake, rng, 10000, rate=rate, end_at=end_at, records=records, **kw)
     assert [r["SequenceNumber"] for page in reader.pages() for r in page] == [s for s, _ in recs]
-    return fake.limits, clock[0] - 1000.0
+    return fake, reader
 
 
 def test_a_range_of_unknown_size_times_its_last_call_by_its_end_records_arrival(monkeypatch):
@@ -373,3 +381,38 @@ def test_only_a_read_of_more_than_a_bucket_leads_with_a_small_page(monkeypatch):
     small = recs[:60]
     limits, _ = _paced_read(monkeypatch, small, size, None, level=full, records=60)
     assert len(limits) == 1 and limits[0] >= 60
+
+
+def test_the_second_call_waits_for_the_drivers_probes_to_leave_the_window_not_a_share(monkeypatch):
+    """The driver stops probing a shard while an executor reads it, so after its first call a
+    read has the shard's whole call budget, except for probes just before it, which the driver
+    knows: it hands the read the time its second call fits (``second_at``). Without it the
+    second call waits the read's share's spacing (a probe may have come just before the first),
+    and a large read's lead page is sized for that longer wait."""
+    size, full = 100_000, float(SHARD_BURST_BYTES)
+    recs = log_of(150, spacing=0.0)
+
+    def read(**kw):
+        fake, reader = _paced_reader(monkeypatch, recs, size, None, level=full, page_interval_s=1.0,
+                                     held_interval_s=0.5, **kw)
+        first, second = reader.call_times["GetRecords"][:2]
+        return fake.limits[0], second - first
+
+    def lead_records(wait_s):
+        return int(SHARD_BYTES_PER_S * (wait_s + LEAD_BUILD_S) / (size + 1))
+
+    # no word from the driver: a share's spacing (1 s), the lead page sized for 1 s and jitter
+    limit, gap = read()
+    assert gap == pytest.approx(1.0) and limit == lead_records(1.0 * (1 + PAGE_JITTER))
+    # the probes before the read left the window long ago: the whole budget's spacing
+    limit, gap = read(second_at=1000.2)
+    assert gap == pytest.approx(0.5) and limit == lead_records(0.5 * (1 + PAGE_JITTER))
+    # a probe just before the read: the second call waits for it to leave the window
+    limit, gap = read(second_at=1000.8)
+    assert gap == pytest.approx(0.8) and limit == lead_records(0.8)
+    # without the driver's hold of its probes (no reports), the time is not used
+    fake, reader = _paced_reader(monkeypatch, recs, size, None, level=full, page_interval_s=1.0,
+                                 second_at=1000.2)
+    first, second = reader.call_times["GetRecords"][:2]
+    assert second - first == pytest.approx(1.0)
+

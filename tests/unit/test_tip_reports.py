@@ -257,6 +257,45 @@ def test_the_reported_call_times_replace_the_reads_booking_in_the_ledger():
         planner.close()
 
 
+def test_a_read_is_told_when_its_second_call_fits_after_the_drivers_probes():
+    """The driver stops probing a shard while an executor reads it (the report resumes them),
+    so a read's second call need only wait for the driver's probes before the read to leave the
+    call window: the booking says when that is. Without a probe in the last window, it fits at
+    once (the read's own spacing applies); with one just before, a window after it."""
+    from kinesis_source.driver.budget import GET_RECORDS
+
+    recs = log_of(10)
+    fake = TimedFake({"a": FakeShard(recs[:5]), "b": FakeShard(recs[5:])})
+    b = ShardId("s", "b")
+    planner = reporting_planner(fake, getRecordsPerShardPerSecond="2", minProbeIntervalMs="3600000",
+                                maxIdleProbeIntervalMs="3600000")
+    try:
+        start = trim_horizon(A, b)
+        end = planner.latest_offset(start)
+        assert end.shards[A] == Position.after(recs[4][0]) and end.shards[b] == Position.after(recs[9][0])
+        wait_for(lambda: all(planner.budget.room(s, GET_RECORDS) == 2 for s in (A, b)), timeout=5,
+                 what="the first probes to leave the call window")
+        probed = time.time()
+        planner.budget.spend(b, GET_RECORDS)  # a probe of b just now
+        booked, address = planner.hand_over(plan_ranges(start, end))
+        assert address is not None
+        first, second = booked[A][1], booked[A][6]
+        assert second is not None and abs(second - first) < 0.05
+        first, second = booked[b][1], booked[b][6]
+        assert second is not None and probed + 1.0 - 0.01 <= second <= time.time() + 1.0
+        assert first < second - 0.5
+    finally:
+        planner.close()
+    # without reports the driver does not hold its probes: no time is handed on
+    planner = planner_on(fake, tipReports="false")
+    try:
+        start = trim_horizon(A)
+        end = planner.latest_offset(start)
+        assert planner.hand_over(plan_ranges(start, end))[0][A][6] is None
+    finally:
+        planner.close()
+
+
 def test_ranges_get_their_size_when_reports_and_probes_saw_every_record():
     """A report says how many records the read saw past its range's end: the next range, from
     that end to the reported tip, holds exactly that many; a probe that read on from there to
