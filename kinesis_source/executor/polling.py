@@ -113,8 +113,8 @@ class RangeReader(RangeReaderBase):
         self._attempts = attempts
         self._arn_arg = {"StreamARN": stream_arn} if stream_arn else {}
         self._end_at = end_at
-        # (first record's arrival, records received since, last one's arrival)
-        self._arrivals: tuple[float, int, float] | None = None
+        # (a record's arrival, records received up to it): the first record and each page's last
+        self._marks: list[tuple[float, int]] = []
         # records arrive in bunches (a PutRecords' records share one arrival): how many of the
         # last records read share the last one's arrival, and the most seen sharing one
         self._bunch = 0
@@ -166,16 +166,21 @@ class RangeReader(RangeReaderBase):
     def _left(self, records: int) -> int | None:
         """Records the range still holds, when they fit one call (``records``: the next call's
         ``Limit``): counted or estimated by planning, or, for a range of unknown size whose end
-        record's arrival is known, estimated at the rate this read's records arrived (over at
-        least ``MIN_RATE_SPAN_S``). None otherwise."""
+        record's arrival is known, estimated at the rate its last records arrived (the latest
+        pages spanning ``MIN_RATE_SPAN_S``: producers' rates drift, and the rest of the range
+        arrived right after them). None otherwise."""
         if self._records is not None:
             return records if records < self._limit else None
-        if self._end_at is None or self._arrivals is None:
+        marks = self._marks
+        if self._end_at is None or not marks:
             return None
-        first_at, received, last_at = self._arrivals
-        if last_at - first_at < MIN_RATE_SPAN_S:
+        last_at, received = marks[-1]
+        since = next((i for i in range(len(marks) - 2, -1, -1) if last_at - marks[i][0] >= MIN_RATE_SPAN_S), None)
+        if since is None:
             return None
-        left = records_between(last_at, self._end_at, (received - 1) / (last_at - first_at))
+        del marks[:since]  # (later estimates start no earlier: the span only grows)
+        from_at, from_received = marks[0]
+        left = records_between(last_at, self._end_at, (received - from_received) / (last_at - from_at))
         # a page that ended inside a bunch left the rest of it, arrived with its last record
         left += max(0, self._widest - self._bunch)
         return left if left < self._limit else None
@@ -189,13 +194,14 @@ class RangeReader(RangeReaderBase):
         first_at = last_at if first is None else arrival_seconds(records[0])
         arrived = [r.get("ApproximateArrivalTimestamp") for r in records]
         bunches = [sum(1 for _ in same) for _, same in itertools.groupby(arrived)]
-        if self._arrivals is None:
-            self._arrivals = (first_at, len(records), last_at)
-        else:
-            since, received, previous_at = self._arrivals
-            self._arrivals = (since, received + len(records), last_at)
+        if self._marks:
+            previous_at, received = self._marks[-1]
             if first is not None and first_at == previous_at:  # the page before ended inside this bunch
                 bunches[0] += self._bunch
+        else:
+            received = 0
+            self._marks.append((first_at, 1))
+        self._marks.append((last_at, received + len(records)))
         self._bunch = bunches[-1]
         self._widest = max(self._widest, *bunches)
 

@@ -416,3 +416,15 @@ def test_the_second_call_waits_for_the_drivers_probes_to_leave_the_window_not_a_
     first, second = reader.call_times["GetRecords"][:2]
     assert second - first == pytest.approx(1.0)
 
+
+def test_what_is_left_is_estimated_at_the_rate_the_last_records_arrived(monkeypatch):
+    """A producer's rate drifts (moto's puts slow down as a shard grows: its last records
+    arrived at 60% of the rate of the whole backlog). What is left of a range lies right after
+    the records read last, so it is estimated at their rate: at the whole read's rate the
+    estimate ran 1.7-2x over, and the read's last call waited for bytes that were not there."""
+    # arrivals as moto's: the first 7% of the records in 2.3% of the span, the last 27% in 33%
+    recs = [(s, 1_000_000.0 + 2.0 * (i / 69) ** 1.4) for i, (s, _) in enumerate(log_of(70))]
+    size = 60_000
+    all_there = (70 * (size + 1) + MARGIN_BYTES) / SHARD_BYTES_PER_S
+    _, last = _paced_read(monkeypatch, recs, size, recs[-1][1])
+    assert all_there <= last <= all_there + 0.15
