@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kinesis_source.aws.kinesis import ShardInfo
-from kinesis_source.driver.probe import SETTLE_TIMEOUT_S, TailProber
+from kinesis_source.driver.probe import SETTLE_TIMEOUT_S, ProbeResult, TailProber
 from kinesis_source.errors import KinesisSourceError
 from kinesis_source.positions import AFTER, Position, ShardId, seq_key
 
@@ -24,6 +24,8 @@ class Target:
     closed: frozenset[ShardId]
     # when each cap arrived (epoch seconds, the server's clock), where the probe saw it
     arrivals: Mapping[ShardId, float] = field(default_factory=dict)
+    # what the probe found: the tip table's first answers start from it (TipTable.seed)
+    found: Mapping[ShardId, ProbeResult] = field(default_factory=dict)
 
     def arrival(self, key: ShardId, seq: str) -> float | None:
         """When ``seq`` arrived, if it is ``key``'s cap and the probe saw its arrival."""
@@ -77,4 +79,4 @@ async def find_target(listing: Mapping[str, list[ShardInfo]], prober: TailProber
         ShardId(stream, s.shard_id) for stream, shards in listing.items() for s in shards if s.is_closed
     )
     arrivals = {sid: r.tip_at for sid, r in results.items() if r.tip is not None and r.tip_at is not None}
-    return Target({sid: r.tip for sid, r in results.items()}, closed, arrivals)
+    return Target({sid: r.tip for sid, r in results.items()}, closed, arrivals, results)

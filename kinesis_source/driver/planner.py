@@ -307,7 +307,9 @@ class Planner:
 
     async def _find_target(self) -> Target:
         await self._client()
-        return await find_target(await self._listing.get(force=True), self._prober_ready())
+        target = await find_target(await self._listing.get(force=True), self._prober_ready())
+        self._tip_table().seed(target.found)
+        return target
 
     async def _probe(self, start: Offset, max_records: int | None) -> Offset:
         await self._client()

@@ -44,7 +44,7 @@ from kinesis_source.aws.kinesis import THROTTLED
 from kinesis_source.driver.budget import GET_RECORDS, CallBudget
 from kinesis_source.driver.carried import CarriedRun, run_cap
 from kinesis_source.driver.probe import SETTLE_PAUSE_S, WARM_READ_BYTES, ProbeResult, TailProber
-from kinesis_source.positions import AFTER, AT, Position, ShardId, seq_key
+from kinesis_source.positions import AFTER, AT, TRIM_HORIZON, Position, ShardId, seq_key
 from kinesis_source.read_rate import MIN_RATE_SPAN_S, page_bytes, records_between
 from kinesis_source.tip_reports import WATCH_ENDED, WATCH_LEASE_S, TipReport
 
@@ -171,6 +171,9 @@ class TipTable:
         self._random = random.Random()
         self._carry_runs = carry
         self._run_cap = run_cap(1)
+        # What probes of whole shards found before the table tracked them (an AvailableNow
+        # target's): a shard's first entry starts from it instead of a probe of its own.
+        self._seeds: dict[ShardId, ProbeResult] = {}
 
     # -- what latestOffset asks ----------------------------------------------------------
 
@@ -180,6 +183,15 @@ class TipTable:
         target) leave the table, and unless not ``forget``, what the probe kept for them."""
         with self._lock:
             return self._track(starts, forget)
+
+    def seed(self, found: Mapping[ShardId, ProbeResult]) -> None:
+        """What probes from ``TRIM_HORIZON`` just found (the newest record of each shard, its
+        arrival, the lag), to start the shards' entries from when the table first tracks them
+        from a start before that record: their first answer then costs no probe of its own (an
+        AvailableNow run's target probe would otherwise be made twice, 3 calls a shard at one
+        a second). Used once per shard."""
+        with self._lock:
+            self._seeds.update({key: r for key, r in found.items() if r.tip is not None})
 
     def _track(self, starts: Mapping[ShardId, Position], forget: bool) -> list[ShardId]:
         fresh = []
@@ -194,7 +206,13 @@ class TipTable:
                 entry = self.entries[key] = ShardTip(seed=start, due=time.monotonic())
                 self._budget.carrying(key, False)
                 self._schedule(key, entry)
-                fresh.append(key)
+                seeded = self._seeds.pop(key, None)
+                if seeded is not None and _before(start, seeded.tip):
+                    # as if its first probe had found it: the next one goes on from that tip
+                    self._probed(key, entry, start, ProbeResult(tip=seeded.tip, behind_ms=seeded.behind_ms,
+                                                                tip_at=seeded.tip_at))
+                else:
+                    fresh.append(key)
         if self.entries:
             share = CARRY_ROUND_BYTES // len(self.entries)
             self._prober.warm_bytes = max(WARM_READ_BYTES, min(CARRY_BYTES, share))
@@ -631,6 +649,20 @@ class TipTable:
         entry.idle += 1
         interval = min(self._idle_s, self._active_s * 2 ** min(entry.idle, 30))
         entry.due = now + interval * (1 + IDLE_JITTER * self._random.random())
+
+
+def _before(start: Position, seq: str | None) -> bool:
+    """True when the record ``seq`` lies after ``start`` (so it is the newest record after it
+    too, if it was the shard's newest); False where that is not known (timestamps, LATEST)."""
+    if seq is None:
+        return False
+    if start.kind == TRIM_HORIZON:
+        return True
+    if start.kind == AFTER and start.seq is not None:
+        return seq_key(start.seq) < seq_key(seq)
+    if start.kind == AT and start.seq is not None:
+        return seq_key(start.seq) <= seq_key(seq)
+    return False
 
 
 def _trim(kept: dict) -> None:

@@ -474,20 +474,45 @@ def test_a_watch_whose_reports_stop_loses_the_shard_to_the_probes_after_its_leas
 
 def test_an_available_now_range_goes_out_with_its_caps_arrival():
     """Issue 20: a catch-up's range (of unknown size) ends at the record the run's target fixed.
-    The tip table may never have seen that record as a tip (newer ones arrived before its first
-    probe): the target's probe saw when it arrived, and the read gets that, to time its last
-    call."""
+    The tip table may never have seen that record as a tip (from a start the target's probe says
+    nothing of, a timestamp, its first probe found newer ones): the target's probe saw when it
+    arrived, and the read gets that, to time its last call."""
+    from datetime import datetime, timezone
+
     recs = log_of(40, spacing=0.1)
     fake = TimedFake({"a": FakeShard(recs[:20])})
     planner = reporting_planner(fake)
     try:
         planner.prepare_available_now()
         fake.shards["a"].records.extend(recs[20:])  # arrived after the run began: not read
-        start = trim_horizon(A)
+        start = Offset({A: Position.at_timestamp(datetime.fromtimestamp(recs[0][1] - 1, tz=timezone.utc))})
         end = planner.latest_offset(start)
         assert end.shards[A] == Position.after(recs[19][0])
         assert planner._tips.arrival(A, recs[19][0]) is None  # the table's tips are newer
         booked, _ = planner.hand_over(plan_ranges(start, end))
         assert booked[A][2] is None and booked[A][4] == pytest.approx(recs[19][1])
+    finally:
+        planner.close()
+
+
+def test_an_available_now_runs_first_answer_starts_from_its_targets_probe():
+    """The target's probe of each shard (from TRIM_HORIZON, 3 calls a shard for a backlog at
+    one a second) found its newest record: the tip table's first answer from a start before it
+    starts from that, with no probe of its own from the start (measured on the catch-up: the
+    executors began 3 s earlier); its next probe goes on from the target's tip."""
+    recs = log_of(40, spacing=0.1)
+    fake = TimedFake({"a": FakeShard(recs[:20])})
+    planner = reporting_planner(fake)
+    try:
+        planner.prepare_available_now()
+        iterators = fake.calls.count("GetShardIterator")
+        fake.shards["a"].records.extend(recs[20:])
+        start = trim_horizon(A)
+        end = planner.latest_offset(start)
+        assert end.shards[A] == Position.after(recs[19][0])
+        assert planner._tips.arrival(A, recs[19][0]) == pytest.approx(recs[19][1])
+        # the table's probes go on from the target's tip, with the iterator it left there
+        wait_for(lambda: planner._tips.entries[A].tip == recs[39][0], timeout=10, what="a probe past the target")
+        assert fake.calls.count("GetShardIterator") == iterators
     finally:
         planner.close()
