@@ -452,10 +452,11 @@ class Planner:
             self._booked += 1
             # The driver's probes of the shard stop while it is read (the report resumes them):
             # after its first call the read has the whole budget, once the probes before it
-            # have left the window.
+            # have left the window. (Asked from now, not from the booking, which may lie ahead:
+            # a time before the read's first call is raised by the read's own spacing.)
             second = None
             if address is not None and tips is not None:
-                second = wall + (self.budget.free_at(rng.shard, GET_RECORDS, now=at) - now)
+                second = wall + (self.budget.free_at(rng.shard, GET_RECORDS, now=now) - now)
             records = end_at = None
             if self._tips is not None:
                 records = self._tips.read_size(rng.shard, rng.start, rng.end_seq)
