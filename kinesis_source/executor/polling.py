@@ -231,8 +231,11 @@ class RangeReader(RangeReaderBase):
 
     def _second_wait(self, calls: int, now: float) -> float:
         """How long the call after ``calls`` must wait for the driver's probes before the read
-        to leave its window (the second call only)."""
-        return self._second_at - now if calls == 1 and self._second_at is not None else 0.0
+        to leave its window (the second call only): never longer than the read's share's
+        spacing, which holds whatever the driver said (its clock may be off this host's)."""
+        if calls != 1 or self._second_at is None:
+            return 0.0
+        return min(self._second_at - now, self._interval)
 
     def _booked_wait(self) -> float:
         """Before the read's first call: how long until the time the driver booked it for (a

@@ -410,6 +410,9 @@ def test_the_second_call_waits_for_the_drivers_probes_to_leave_the_window_not_a_
     # a probe just before the read: the second call waits for it to leave the window
     limit, gap = read(second_at=1000.8)
     assert gap == pytest.approx(0.8) and limit == lead_records(0.8)
+    # a time far off (the driver's clock ahead of this host's) waits no longer than the share
+    limit, gap = read(second_at=1060.0)
+    assert gap == pytest.approx(1.0) and limit == lead_records(1.0)
     # without the driver's hold of its probes (no reports), the time is not used
     fake, reader = _paced_reader(monkeypatch, recs, size, None, level=full, page_interval_s=1.0,
                                  second_at=1000.2)
