@@ -20,7 +20,7 @@ bucket empty, or its 5 calls of the last second made); and the server's 5xx answ
    is ``(backlog bytes - 10 MiB) / 2 MiB/s``; the target figure is physical / read window (the
    worst shard's). The first executor answer's time at the proxy (answer - call) is reported
    too: the proxy charges a response when it passes, so while that first answer (a lead page of
-   about 3.5 MiB, read_rate.py's ``LEAD_BUILD_S``) is on its way the bucket sits full and its
+   about 2.25 MiB, read_rate.py's ``LEAD_BUILD_S``) is on its way the bucket sits full and its
    refill is lost; *limit with the first answer* = physical + that time, and the ratio against
    it is a second figure. The whole query's window (from the
    driver's first data call) is kept for information. Also the source's refusals (by reason) and

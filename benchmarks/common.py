@@ -236,8 +236,7 @@ class CpuSampler:
             reading = machine_cpu()
             if reading is not None:
                 self.samples.append((time.monotonic(), *reading))
-            began = time.monotonic()
-            self.processes.append((began, _process_ticks()))
+            self.processes.append((time.monotonic(), _process_ticks()))
             if self._stop.wait(self._interval):
                 return
 
