@@ -19,10 +19,10 @@ import os
 from typing import Any
 
 import botocore.session
-from botocore.parsers import ResponseParserFactory, create_parser
+from botocore.parsers import create_parser
 
 from benchmarks.common import describe, summary, timed
-from kinesis_source.aws.clients import KINESIS_PARSER_DEFAULTS
+from kinesis_source.aws.parsing import KinesisParserFactory
 from kinesis_source.executor.arrow import to_record_batch, user_records
 from kinesis_source.positions import Position, ShardRange
 
@@ -78,9 +78,7 @@ def run(records: int, size: int, repeats: int, aggregated: bool = False) -> dict
         "GetRecords"
     ).output_shape
     floor = create_parser("json")  # what a plain boto3 client does
-    factory = ResponseParserFactory()
-    factory.set_parser_defaults(**KINESIS_PARSER_DEFAULTS)
-    ours = factory.create_parser("json")  # what kinesis-ddb's Kinesis clients do
+    ours = KinesisParserFactory().create_parser("json")  # what kinesis-ddb's executors' clients do
     rng = ShardRange("stream", "shardId-000000000000", Position.trim_horizon(), str(_BASE_SEQ * 2))
     http = {"body": body, "headers": {}, "status_code": 200}
 

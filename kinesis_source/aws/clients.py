@@ -17,6 +17,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from kinesis_source.aws.options import ConnectionOptions
+from kinesis_source.aws.parsing import KINESIS_PARSER_DEFAULTS, KinesisParserFactory
 from kinesis_source.aws.retries import RetryRule
 from kinesis_source.aws.streams import address_by_arn
 from kinesis_source.errors import OptionError
@@ -41,32 +42,12 @@ def error_code(exc: BaseException) -> str | None:
     return None
 
 
-def epoch_seconds(value: Any) -> float:
-    """Timestamp parser for Kinesis responses: epoch seconds as a float.
-
-    botocore's default builds a timezone-aware datetime per record, which was two thirds of
-    the parsing time of a GetRecords page (benchmarks/read_path.py). Kinesis sends epoch
-    numbers; anything else goes through botocore's own parser.
-    """
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        from botocore.utils import parse_timestamp
-
-        return parse_timestamp(value).timestamp()
-
-
-# Response parser settings of the Kinesis clients (only: STS and DynamoDB keep botocore's).
-KINESIS_PARSER_DEFAULTS = {"timestamp_parser": epoch_seconds}
-
-
-def _tune(session: Any, service: str) -> Any:
+def _tune(session: Any, service: str, aio: bool = False) -> Any:
     if service == "kinesis":
-        session.get_component("response_parser_factory").set_parser_defaults(
-            **KINESIS_PARSER_DEFAULTS
-        )
+        if aio:  # (aiobotocore's factory makes its own parsers: only its defaults are set)
+            session.get_component("response_parser_factory").set_parser_defaults(**KINESIS_PARSER_DEFAULTS)
+        else:
+            session.register_component("response_parser_factory", KinesisParserFactory())
     return session
 
 
@@ -247,7 +228,7 @@ class AwsSettings:
                 session._credentials = AioDeferredRefreshableCredentials(
                     refresh_using=fetcher.fetch_credentials, method="assume-role"
                 )
-            _tune(session, service)
+            _tune(session, service, aio=True)
             creator = session.create_client(service, config=config, **self._client_kwargs())
             client = await creator.__aenter__()
             self._install(client, service)

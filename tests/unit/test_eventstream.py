@@ -9,7 +9,7 @@ from botocore.eventstream import ChecksumMismatch, EventStream, EventStreamBuffe
 from botocore.exceptions import EventStreamError
 from botocore.parsers import EventStreamJSONParser
 
-from kinesis_source.aws.clients import epoch_seconds
+from kinesis_source.aws.parsing import epoch_seconds
 from tests.support.efo_server import encode_event, encode_exception, encode_message
 
 
