@@ -102,13 +102,16 @@ class RangeCursor:
                 self._lost(landed)
         if len(records) < len(raw):  # the check record was dropped: it counts as read
             self._advance(raw[0]["SequenceNumber"])
-        out = []
         done = False
-        for rec in records:
-            if seq_key(rec["SequenceNumber"]) > self._end:
-                done = True
-                break
-            out.append(rec)
+        if not records or seq_key(records[-1]["SequenceNumber"]) <= self._end:
+            out = records  # (a page's records are in order: the whole page is in the range)
+        else:
+            out = []
+            for rec in records:
+                if seq_key(rec["SequenceNumber"]) > self._end:
+                    done = True
+                    break
+                out.append(rec)
         if out:
             self._advance(out[-1]["SequenceNumber"])
             done = done or seq_key(out[-1]["SequenceNumber"]) == self._end
@@ -119,7 +122,7 @@ class RangeCursor:
         if received:
             got = data_bytes(raw)
             self.read_bytes += got
-            self.extra_bytes += got - data_bytes(out)
+            self.extra_bytes += 0 if out is raw else got - data_bytes(out)
         return out, done
 
     def _advance(self, seq: str) -> None:
