@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kinesis_source.aws.kinesis import ShardInfo
 from kinesis_source.driver.probe import SETTLE_TIMEOUT_S, ProbeResult, TailProber
@@ -15,21 +16,26 @@ from kinesis_source.positions import AFTER, Position, ShardId, seq_key
 class Target:
     """What a ``Trigger.AvailableNow`` run reads: the data in the stream when it started.
 
-    ``caps`` holds each shard open at that moment and its newest record then (None if it had
-    none); shards closed then are read to their end. A shard created later holds only records
-    that arrived after the start, so it is not read at all.
+    ``found`` holds what the probe found from ``TRIM_HORIZON`` in each shard open at that
+    moment: its newest record then is the shard's cap (:attr:`caps`; None if it had none), and
+    the tip table's first answers start from it (``TipTable.seed``). Shards closed then are
+    read to their end. A shard created later holds only records that arrived after the start,
+    so it is not read at all.
     """
 
-    caps: dict[ShardId, str | None]
+    found: Mapping[ShardId, ProbeResult]
     closed: frozenset[ShardId]
-    # when each cap arrived (epoch seconds, the server's clock), where the probe saw it
-    arrivals: Mapping[ShardId, float] = field(default_factory=dict)
-    # what the probe found: the tip table's first answers start from it (TipTable.seed)
-    found: Mapping[ShardId, ProbeResult] = field(default_factory=dict)
+
+    @functools.cached_property
+    def caps(self) -> dict[ShardId, str | None]:
+        """Each shard open at the start and its newest record then (None: it had none)."""
+        return {sid: result.tip for sid, result in self.found.items()}
 
     def arrival(self, key: ShardId, seq: str) -> float | None:
-        """When ``seq`` arrived, if it is ``key``'s cap and the probe saw its arrival."""
-        return self.arrivals.get(key) if self.caps.get(key) == seq else None
+        """When ``seq`` arrived (epoch seconds, the server's clock), if it is ``key``'s cap and
+        the probe saw its arrival."""
+        result = self.found.get(key)
+        return result.tip_at if result is not None and result.tip == seq else None
 
     def bound(
         self, starts: dict[ShardId, Position]
@@ -78,5 +84,4 @@ async def find_target(listing: Mapping[str, list[ShardInfo]], prober: TailProber
     closed = frozenset(
         ShardId(stream, s.shard_id) for stream, shards in listing.items() for s in shards if s.is_closed
     )
-    arrivals = {sid: r.tip_at for sid, r in results.items() if r.tip is not None and r.tip_at is not None}
-    return Target({sid: r.tip for sid, r in results.items()}, closed, arrivals, results)
+    return Target(results, closed)

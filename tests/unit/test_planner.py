@@ -8,7 +8,7 @@ import pytest
 
 from kinesis_source.aws.kinesis import AsyncKinesis, ShardInfo
 from kinesis_source.driver.planner import Planner, plan_ranges
-from kinesis_source.driver.probe import TailProber
+from kinesis_source.driver.probe import ProbeResult, TailProber
 from kinesis_source.errors import DataLossError
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import Offset, Position, ShardId, ShardRange, seq_key
@@ -261,10 +261,8 @@ def test_untrimmed_start_is_not_data_loss():
 def test_available_now_target_bounds_which_shards_are_probed():
     from kinesis_source.driver.planner import Target
 
-    target = Target(
-        {ShardId("s", "a"): "100", ShardId("s", "b"): None, ShardId("s", "c"): "50", ShardId("s", "d"): "70"},
-        frozenset({ShardId("s", "z")}),
-    )
+    tips = {ShardId("s", "a"): "100", ShardId("s", "b"): None, ShardId("s", "c"): "50", ShardId("s", "d"): "70"}
+    target = Target({sid: ProbeResult(tip=tip) for sid, tip in tips.items()}, frozenset({ShardId("s", "z")}))
     starts = {
         ShardId("s", "a"): Position.after("99"),  # before its cap: probed, capped
         ShardId("s", "b"): Position.trim_horizon(),  # empty when the run started
