@@ -43,3 +43,21 @@ def test_a_record_without_a_partition_key_has_a_null_one():
     assert batch.column("partitionKey").to_pylist() == ["k", None]
     assert batch.column("data").to_pylist() == [b"a", b"bb"]
     assert page_bytes(records) == 1 + 1 + 2  # what the shard's byte budget is charged
+
+
+def test_arrival_times_are_microseconds_rounded_as_python_rounds_them():
+    """Arrow computes a page's arrival microseconds; they are what a per-record round gives,
+    for Kinesis' millisecond times, for other floats (halves included), and with a datetime or
+    a null among them."""
+    import random
+
+    rng = random.Random(5)
+    stamps: list = [1_790_000_000 + rng.randrange(10**9) / 1000 for _ in range(500)]  # milliseconds
+    stamps += [1_790_000_000 + rng.random() for _ in range(500)]
+    stamps += [1.0000005, 2.5e-6, 1_790_000_000.0000005, None]
+    records = [{"Data": b"", "SequenceNumber": str(i), "ApproximateArrivalTimestamp": s} for i, s in enumerate(stamps)]
+    got = to_record_batch("s", "a", records).column("approximateArrivalTimestamp").cast(pa.int64()).to_pylist()
+    assert got == [None if s is None else round(s * 1_000_000) for s in stamps]
+    records[0]["ApproximateArrivalTimestamp"] = datetime(2026, 1, 1, tzinfo=timezone.utc)  # parsed elsewhere
+    mixed = to_record_batch("s", "a", records).column("approximateArrivalTimestamp").cast(pa.int64()).to_pylist()
+    assert mixed == [round(datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp() * 1_000_000)] + got[1:]
