@@ -12,13 +12,16 @@ Kinesis has no "latest offset" call. For each shard the probe
    x8 while it comes back empty, never reaching back before the start (a backlog is not read
    on the driver). The iterator and its page first wait for the shard's call and byte budgets
    (``PacedKinesis.ready``); a wait moves the estimate on by its length, so the page does not
-   read what arrived while it waited.
+   read what arrived while it waited; but the first look at a shard (a cold start, nothing
+   says it is written to) first reads a warm page where the estimate put the tip, which finds
+   a backlog's tip in that call.
 
 A probe that went on from its iterator returns the records it read there (``run``): they are
 exactly the shard's records after the start, and the tip table carries them to the executor
 that reads the batch from that start (``driver/carried.py``), which then reads none of them
-again. It also remembers the iterator with the first record it found: an executor whose range
-starts there and is not carried reads on with it (``opener``) instead of asking for a new one.
+again. It also remembers the iterator with the first record it found (as does a cold start's
+probe whose iterator opened at the start itself): an executor whose range starts there and is
+not carried reads on with it (``opener``) instead of asking for a new one.
 
 The last record read at the tip is the batch's exact, inclusive end. Any record after the start
 is a valid end: a tip that is a little stale only moves data to the next batch.
@@ -197,7 +200,7 @@ class TailProber:
         counted: int | None = len(page.records)  # every record after the start, to the tip
         if not page.caught_up(limit):
             counted = None  # the tip is looked for past records not read
-            tip, after_tip, tip_at = await self._beyond(stream, shard, page)
+            tip, after_tip, tip_at = await self._beyond(stream, shard, page, cold=cached is None)
             if tip is not None and seq_key(tip) > seq_key(end):
                 end, cont, end_at = tip, after_tip, tip_at
         if cap is not None and seq_key(end) > seq_key(cap):
@@ -213,33 +216,45 @@ class TailProber:
         fit = WARM_READ_LIMIT if not size else max(1, int(self.warm_bytes // size))
         return max(1, min(fit, WARM_READ_RECORDS, self._page_limit))
 
-    async def _beyond(self, stream: str, shard: str, page: Page) -> tuple[str | None, str | None, float | None]:
+    async def _beyond(self, stream: str, shard: str, page: Page,
+                      cold: bool = False) -> tuple[str | None, str | None, float | None]:
         """The newest record after ``page``, the iterator after it and its arrival: from an ``AT_TIMESTAMP``
         iterator a little before its estimated arrival, widening the window while it comes back
         empty, or reading on from the page once the window reaches it. When the calls waited
         for the shard's budget, the estimate moves on by the wait (and back to where ``page``
-        put it when nothing arrived in the moved window)."""
+        put it when nothing arrived in the moved window). A ``cold`` probe (nothing says the
+        shard is being written to: the first look at it) first looks where ``page`` put the tip,
+        reading at most a warm page there: a backlog nobody writes to is found in that call
+        instead of one more after an empty moved window (a whole second at the default budget),
+        and on a busy shard the moved window comes next, as it would have."""
         last_arrival = arrival_seconds(page.records[-1])
         tip_arrival = last_arrival + page.behind_ms / 1000.0
         seen = time.monotonic()
         window = INITIAL_WINDOW_S
         shifted = False  # a window moved on by the wait came back empty
+        key = ShardId(stream, shard)
         while True:
             if tip_arrival - window <= last_arrival:  # the window reached the page: read on from it
-                return await self._read_to_tip(page.next_iterator)
+                tip, after_tip, tip_at, _ = await self._read_to_tip(page.next_iterator)
+                return tip, after_tip, tip_at
             # The iterator and its page wait for the shard's budget first (a probe's second
             # GetRecords often waits a second): the tip moved on meanwhile, and an estimate made
             # before the wait would have the page read all that arrived during it.
-            await self._kinesis.ready(ShardId(stream, shard), (GET_SHARD_ITERATOR, GET_RECORDS))
-            moved = 0.0 if shifted else time.monotonic() - seen
+            await self._kinesis.ready(key, (GET_SHARD_ITERATOR, GET_RECORDS))
+            moved = 0.0 if shifted or cold else time.monotonic() - seen
             if moved > MOVED_MIN_S:
                 since = max(last_arrival, tip_arrival + moved - max(window, min(moved, MOVED_WINDOW_S)))
             else:
                 since = tip_arrival - window
             iterator = await self._kinesis.iterator(stream, shard, Position.at_timestamp(_utc(since)))
-            found = await self._read_to_tip(iterator)
-            if found[0] is not None:
-                return found
+            looked, cold = cold, False
+            tip, after_tip, tip_at, reached = await self._read_to_tip(
+                iterator, *((self._warm_limit(key), 1) if looked else ()))
+            if tip is not None and (reached or not looked):
+                return tip, after_tip, tip_at
+            if tip is not None:
+                continue  # records arrived while it waited: the moved window next, as when warm
+            shifted = shifted or looked  # nothing there: it stays where the page put the tip
             if moved > MOVED_MIN_S:
                 shifted = True  # nothing arrived lately: the tip is where the first page said
             else:
@@ -275,11 +290,14 @@ class TailProber:
         self._kinesis.forget(key)
 
     async def _open(self, stream: str, shard: str, start: Position, limit: int) -> Page:
-        """The first page after ``start``, checking that ``start``'s record is still there."""
+        """The first page after ``start``, checking that ``start``'s record is still there.
+        When the iterator opened at ``start`` itself (not at a record before it), it is kept for
+        the range that starts there: its read then needs no ``GetShardIterator`` of its own."""
         opening = opening_position(start)
         extra = 1 if opening != start else 0  # the start's own record comes first
         try:
-            page = await self._kinesis.page_at(stream, shard, opening, limit + extra, None)
+            iterator = await self._kinesis.iterator(stream, shard, opening)
+            page = await self._kinesis.page_at(stream, shard, opening, limit + extra, iterator)
         except ClientError as exc:
             if error_code(exc) != INVALID_ARGUMENT:
                 raise
@@ -288,25 +306,30 @@ class TailProber:
         page.records, landed = check_opening(page.records, start)
         if landed is not None:
             self._lost(stream, shard, start, landed)
+        elif not extra and page.records:
+            self._hand_over(ShardId(stream, shard), start, iterator, page.records[0]["SequenceNumber"])
         return page
 
     def _lost(self, stream: str, shard: str, start: Position, landed: str | None) -> None:
         report_data_loss(stream, shard, start, landed, self.fail_on_data_loss)
 
-    async def _read_to_tip(self, iterator: str | None) -> tuple[str | None, str | None, float | None]:
-        """Read pages until the tip; return the last sequence number, the iterator after it and
-        the last record's arrival."""
+    async def _read_to_tip(self, iterator: str | None, limit: int | None = None,
+                           pages: int = MAX_TIP_PAGES) -> tuple[str | None, str | None, float | None, bool]:
+        """Read pages (of ``limit`` records, at most ``pages`` of them) until the tip; return
+        the last sequence number, the iterator after it, the last record's arrival and whether
+        the tip was reached."""
         last, last_at = None, None
-        for _ in range(MAX_TIP_PAGES):
+        limit = self._page_limit if limit is None else limit
+        for _ in range(pages):
             if iterator is None:  # the shard ended
-                break
-            page = await self._kinesis.page(iterator, self._page_limit)
+                return last, iterator, last_at, True
+            page = await self._kinesis.page(iterator, limit)
             if page.records:
                 last, last_at = page.records[-1]["SequenceNumber"], arrival_seconds(page.records[-1])
             iterator = page.next_iterator
-            if page.caught_up(self._page_limit):
-                break
-        return last, iterator, last_at
+            if page.caught_up(limit):
+                return last, iterator, last_at, True
+        return last, iterator, last_at, False
 
     async def probe_all(
         self,

@@ -182,7 +182,83 @@ def test_a_probe_that_waited_finds_the_tip_of_a_shard_nobody_writes_without_read
     fake = FakeKinesis({"a": shard})
     kinesis = PacedKinesis(AsyncFake(fake), CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0}))
     prober = TailProber(kinesis, page_limit=10_000)
-    result = asyncio.run(prober.probe("s", "a", Position.trim_horizon()))
+    prober.warm_bytes = 1  # a warm page of one record: the probe looks near the tip after it
+    start = Position.after(shard.records[10][0])
+    prober.keep("s", "a", start, fake.get_shard_iterator(
+        StreamName="s", ShardId="a", ShardIteratorType="AFTER_SEQUENCE_NUMBER",
+        StartingSequenceNumber=shard.records[10][0])["ShardIterator"])
+    result = asyncio.run(prober.probe("s", "a", start))
     assert kinesis.waited_s >= 0.5, f"the probe waited {kinesis.waited_s:.2f} s: the scenario did not happen"
     assert result.tip == shard.records[-1][0]
     assert kinesis.records_fetched <= 20, kinesis.records_fetched
+
+
+def test_a_first_probe_finds_the_tip_of_a_backlog_nobody_writes_to_in_its_second_call():
+    """A query's first look at a shard (its start from TRIM_HORIZON, no iterator kept) has no
+    sign that anyone writes to it: its page at the tip goes where the first page put the tip,
+    not a wait further on. The backlog's tip is found there, in the probe's second
+    GetShardIterator, not in a third after an empty moved window (a second more at the default
+    budget: every query's start waited for it). Mutant caught: the window moved on a first
+    look (3 GetShardIterator)."""
+    shard = FakeShard(log_of(5000, start_time=time.time() - 60))
+    fake = FakeKinesis({"a": shard})
+    kinesis = PacedKinesis(AsyncFake(fake), CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0}))
+    prober = TailProber(kinesis, page_limit=10_000)
+    result = asyncio.run(prober.probe("s", "a", Position.trim_horizon()))
+    assert kinesis.waited_s >= 0.5, f"the probe waited {kinesis.waited_s:.2f} s: the scenario did not happen"
+    assert result.tip == shard.records[-1][0]
+    assert fake.calls.count("GetShardIterator") == 2
+    assert kinesis.records_fetched <= 20, kinesis.records_fetched
+
+
+def test_a_first_probe_of_a_busy_shard_reads_a_warm_page_then_near_the_tip():
+    """The other side: on a first look at a shard written to all the while, the page where the
+    first page put the tip holds more than a warm page (what arrived during the wait), so the
+    probe goes on with the window moved on by the wait, reading little of the second's worth
+    the executors read anyway."""
+    shard = FakeShard([])
+    fake = FakeKinesis({"a": shard})
+    kinesis = PacedKinesis(AsyncFake(fake), CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0}))
+    prober = TailProber(kinesis, page_limit=10_000)
+    prober.warm_bytes = 10 * 10  # a warm page of ten records (of "d<seq>", 10 bytes each)
+
+    async def run():
+        stop = asyncio.Event()
+
+        async def produce() -> None:
+            while not stop.is_set():
+                base = int(shard.records[-1][0]) + 1 if shard.records else 10**9
+                shard.records.append((str(base), time.time()))
+                await asyncio.sleep(0.005)  # the producer's pace, not a wait for a condition
+
+        producer = asyncio.create_task(produce())
+        await asyncio.sleep(0.5)  # records to probe
+        result = await prober.probe("s", "a", Position.trim_horizon())
+        stop.set()
+        await producer
+        return result
+
+    result = asyncio.run(run())
+    assert kinesis.waited_s >= 0.5, f"the probe waited {kinesis.waited_s:.2f} s: the scenario did not happen"
+    assert result.tip is not None and int(result.tip) > 10**9 + 150
+    assert kinesis.records_fetched <= 1 + 10 + 80, kinesis.records_fetched
+
+
+def test_a_first_probes_iterator_opens_the_read_of_the_range_from_its_start():
+    """The first probe of a shard opens an iterator at the query's start (TRIM_HORIZON, a
+    timestamp) and reads its first record: the read of the range from that start gets the
+    iterator and that record (``opener``), and needs no GetShardIterator of its own. An
+    ``AFTER`` start opens at the record before it (to see that it is still there): that
+    iterator does not start the range and is not handed on."""
+    recs = log_of(50, start_time=time.time() - 60)
+    fake = FakeKinesis({"a": FakeShard(recs)})
+    kinesis = PacedKinesis(AsyncFake(fake), CallBudget({GET_RECORDS: 5.0, GET_SHARD_ITERATOR: 5.0}))
+    prober = TailProber(kinesis, page_limit=10_000)
+    key = ShardId("s", "a")
+    asyncio.run(prober.probe("s", "a", Position.trim_horizon()))
+    iterator, first = prober.opener(key, Position.trim_horizon())
+    assert first == recs[0][0]
+    assert fake.get_records(ShardIterator=iterator, Limit=1)["Records"][0]["SequenceNumber"] == recs[0][0]
+    after = Position.after(recs[10][0])
+    asyncio.run(prober.probe("s", "a", after))
+    assert prober.opener(key, after) is None
