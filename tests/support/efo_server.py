@@ -138,6 +138,20 @@ _DROP = "(drop the connection)"
 _STALL = "(stall)"
 
 
+class RawEvents:
+    """Encoded event-stream bytes as the raw HTTP body botocore's ``EventStream`` reads (for
+    decoding them in a unit test, without a connection)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def stream(self):
+        yield self._data
+
+    def close(self):
+        pass
+
+
 class _Dropped(Exception):
     """Ends a subscription's connection without ending its HTTP body."""
 

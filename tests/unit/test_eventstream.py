@@ -10,7 +10,7 @@ from botocore.exceptions import EventStreamError
 from botocore.parsers import EventStreamJSONParser
 
 from kinesis_source.aws.parsing import epoch_seconds
-from tests.support.efo_server import encode_event, encode_exception, encode_message
+from tests.support.efo_server import RawEvents, encode_event, encode_exception, encode_message
 
 
 def _decode(data: bytes) -> list:
@@ -47,24 +47,13 @@ def test_corrupted_frame_is_refused(where):
         _decode(bytes(frame))
 
 
-class _Raw:
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-
-    def stream(self):
-        yield self._data
-
-    def close(self):
-        pass
-
-
 def _kinesis_event_stream(data: bytes) -> EventStream:
     import botocore.session
 
     model = botocore.session.get_session().get_service_model("kinesis")
     shape = model.operation_model("SubscribeToShard").output_shape.members["EventStream"]
     parser = EventStreamJSONParser(timestamp_parser=epoch_seconds)
-    return EventStream(_Raw(data), shape, parser, "SubscribeToShard")
+    return EventStream(RawEvents(data), shape, parser, "SubscribeToShard")
 
 
 def test_kinesis_events_parse_with_the_service_model():

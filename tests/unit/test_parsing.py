@@ -109,25 +109,14 @@ EVENTS = {
 }
 
 
-class _Raw:
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-
-    def stream(self):
-        yield self._data
-
-    def close(self):
-        pass
-
-
 def _events(parser, body: dict) -> list:
     from botocore.eventstream import EventStream
 
-    from tests.support.efo_server import encode_event
+    from tests.support.efo_server import RawEvents, encode_event
 
     shape = _MODEL.operation_model("SubscribeToShard").output_shape.members["EventStream"]
     data = encode_event("initial-response", {}) + encode_event("SubscribeToShardEvent", json.loads(json.dumps(body)))
-    stream = EventStream(_Raw(data), shape, parser, "SubscribeToShard")
+    stream = EventStream(RawEvents(data), shape, parser, "SubscribeToShard")
     stream.get_initial_response()
     return list(stream)
 
