@@ -2,8 +2,9 @@
 
 Canned ``GetRecords`` responses (as Kinesis serializes them; plain records, or KPL aggregates of
 user records) go through botocore's default JSON parser (a: the floor of a plain boto3-based
-reader) and through our Kinesis clients' parser (epoch-float timestamps) plus what ``read()``
-does per page: ``records.user_records`` (de-aggregation) and ``records.to_record_batch`` (b).
+reader) and through our executors' parser (``aws/parsing.py``: a page decoded in one pass,
+epoch-float timestamps) plus what ``read()`` does per page: ``user_records`` (de-aggregation)
+and ``to_record_batch`` (b).
 Prints user records/s on one core for each, median and spread over repeated runs, and the ratio
 b/a.
 
