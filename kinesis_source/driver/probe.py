@@ -248,8 +248,8 @@ class TailProber:
                 since = tip_arrival - window
             iterator = await self._kinesis.iterator(stream, shard, Position.at_timestamp(_utc(since)))
             looked, cold = cold, False
-            tip, after_tip, tip_at, reached = await self._read_to_tip(
-                iterator, *((self._warm_limit(key), 1) if looked else ()))
+            limit, pages = (self._warm_limit(key), 1) if looked else (None, MAX_TIP_PAGES)
+            tip, after_tip, tip_at, reached = await self._read_to_tip(iterator, limit, pages)
             if tip is not None and (reached or not looked):
                 return tip, after_tip, tip_at
             if tip is not None:
