@@ -20,7 +20,9 @@ retry (standard mode).
 An aggregate that lands on another shard than predicted means the stream resharded: the shard
 map is listed again, and the rows of that aggregate that the shard's range does not hold are
 queued again in new aggregates (KCL, aws-kinesis-agg with the range, and this source's reader
-drop them where they landed), as the KPL does.
+drop them where they landed), as the KPL does. The landed shard may have closed again by then
+(its range is still listed); when even the new listing does not know it, all the aggregate's
+rows are sent again.
 """
 
 from __future__ import annotations
@@ -292,7 +294,9 @@ class Putter:
         if not self._opts.aggregate:
             return  # Kinesis routed each record by its own key: all were delivered
         for entry, shard_id in mislanded:
-            outside = [u for u in entry.users if self._shards.holds(shard_id, u.hash_key) is False]
+            # a shard the new map does not know either: its range is unknown, so every row is
+            # sent again (a duplicate is better than a row its readers drop)
+            outside = [u for u in entry.users if not self._shards.holds(shard_id, u.hash_key)]
             if outside:
                 self.report.rerouted_rows += len(outside)
                 log.info(

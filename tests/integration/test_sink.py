@@ -228,9 +228,33 @@ def test_a_null_partition_key_fails_the_task_naming_the_row_and_column(spark, ma
     assert "column 'partitionKey' is null" in str(err.value)
 
 
+class _SplitsWhatItLandedOn:
+    """A boto3 Kinesis client whose first ``PutRecords`` answer is followed by a split of every
+    shard it landed on, before the caller sees it: the caller's next listing finds those shards
+    closed (a second split soon after the first, as an on-demand stream rescaling does)."""
+
+    def __init__(self, client, kinesis, stream: str) -> None:
+        self._client, self._kinesis, self._stream = client, kinesis, stream
+        self.split: list[str] = []
+
+    def put_records(self, **kwargs):
+        resp = self._client.put_records(**kwargs)
+        if not self.split:
+            from tests.integration.test_resharding import split_in_two
+
+            self.split = sorted({r["ShardId"] for r in resp["Records"] if "ShardId" in r})
+            for shard_id in self.split:
+                split_in_two(self._kinesis, self._stream, shard_id)
+        return resp
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
 @pytest.mark.backends("kinesis-local")  # moto keeps writing a split parent
+@pytest.mark.parametrize("landed_closes", [False, True], ids=["landed-shard-open", "landed-shard-closed"])
 def test_aggregates_built_before_a_reshard_send_again_the_rows_their_new_shard_does_not_hold(
-    kinesis, kinesis_backend, make_stream, sink_options
+    kinesis, kinesis_backend, make_stream, landed_closes
 ):
     from kinesis_source import kpl
     from kinesis_source.aws.clients import AwsSettings
@@ -241,21 +265,29 @@ def test_aggregates_built_before_a_reshard_send_again_the_rows_their_new_shard_d
     from tests.integration.test_resharding import split_in_two
 
     stream = make_stream(2)
-    opts = SinkOptions.parse({**sink_options, "streamName": stream, "aggregate": "true"})
-    client = AwsSettings.for_kinesis(opts).boto3_client("kinesis")
-    stale = ShardMap.load(client, stream)
-    for shard_id in stale.ids:
-        split_in_two(kinesis, stream, shard_id)
-    columns = Columns("data", True, "partitionKey", None)
-    rows = [user_record(i, f"key-{i % 60}", str(i), None, columns, stream) for i in range(1200)]
-    report = Putter(client, opts, stale).write(rows)
+    with QuotaProxy(kinesis_backend) as quota:  # the write keeps to the quotas through both reshards
+        opts = SinkOptions.parse({**options_for(quota.url), "streamName": stream, "aggregate": "true"})
+        client = AwsSettings.for_kinesis(opts).boto3_client("kinesis")
+        stale = ShardMap.load(client, stream)
+        for shard_id in stale.ids:
+            split_in_two(kinesis, stream, shard_id)
+        if landed_closes:
+            client = _SplitsWhatItLandedOn(client, kinesis, stream)
+        columns = Columns("data", True, "partitionKey", None)
+        rows = [user_record(i, f"key-{i % 60}", str(i), None, columns, stream) for i in range(1200)]
+        report = Putter(client, opts, stale).write(rows)
+        assert quota.refused_records(stream) == []
     assert report.shard_map_refreshes >= 1 and report.rerouted_rows > 0
     ranges = {
         s["ShardId"]: (int(s["HashKeyRange"]["StartingHashKey"]), int(s["HashKeyRange"]["EndingHashKey"]))
         for s in kinesis.list_shards(StreamName=stream)["Shards"]
     }
+    records = stream_records(kinesis, stream)
+    if landed_closes:
+        assert client.split and {r["ShardId"] for r in records} & set(client.split)
+        assert all(ranges[s] for s in client.split)
     kept = []  # what KCL keeps: the user records within the range of the shard they landed on
-    for record in stream_records(kinesis, stream):
+    for record in records:
         lo, hi = ranges[record["ShardId"]]
         for key, data, hash_key in kpl.decode(record["Data"]):
             if lo <= kpl.effective_hash_key(key, hash_key) <= hi:

@@ -271,3 +271,68 @@ def test_other_call_errors_stay_as_botocore_raised_them():
 
     with pytest.raises(ClientError, match="InvalidArgumentException"):
         putter(Failing()).write(rows(3))
+
+
+class TwiceReshardedKinesis(FakeKinesis):
+    """Both shards split in two before the first request, and every child split again right
+    after it: the first request's aggregates land on children that have closed by the time the
+    task lists the stream."""
+
+    QUARTER = 2**126
+
+    def __init__(self) -> None:
+        super().__init__()
+        q = self.QUARTER
+        self.closed = {"shard-0": (0, HALF - 1), "shard-1": (HALF, 2**128 - 1)}
+        self.open = {"shard-2": (0, q - 1), "shard-3": (q, HALF - 1),
+                     "shard-4": (HALF, HALF + q - 1), "shard-5": (HALF + q, 2**128 - 1)}
+
+    def put_records(self, StreamName, Records):  # noqa: N803 - boto3's names
+        out = []
+        for rec in Records:
+            key = int(rec.get("ExplicitHashKey") or _md5(rec["PartitionKey"]))
+            shard = next(s for s, (lo, hi) in self.open.items() if lo <= key <= hi)
+            self.shards[shard].append(rec)
+            out.append({"ShardId": shard, "SequenceNumber": str(len(self.shards[shard]))})
+        if len(self.open) == 4:  # the children split again: each into its halves
+            children = {}
+            for i, (shard, (lo, hi)) in enumerate(sorted(self.open.items())):
+                mid = (lo + hi) // 2
+                children[f"shard-{6 + 2 * i}"] = (lo, mid)
+                children[f"shard-{7 + 2 * i}"] = (mid + 1, hi)
+                self.closed[shard] = (lo, hi)
+            self.open = children
+        return {"FailedRecordCount": 0, "Records": out}
+
+    def get_paginator(self, op):
+        assert op == "list_shards"
+        fake = self
+
+        class Pages:
+            def paginate(self, StreamName):  # noqa: N803 - boto3's names
+                shards = [
+                    {"ShardId": s, "HashKeyRange": {"StartingHashKey": str(lo), "EndingHashKey": str(hi)},
+                     "SequenceNumberRange": {"StartingSequenceNumber": "1",
+                                             **({"EndingSequenceNumber": "9"} if s in fake.closed else {})}}
+                    for s, (lo, hi) in {**fake.closed, **fake.open}.items()
+                ]
+                return [{"Shards": shards}]
+
+        return Pages()
+
+
+def test_an_aggregate_landed_on_a_shard_that_closed_again_sends_again_what_its_range_does_not_hold():
+    from kinesis_source import kpl
+
+    client = TwiceReshardedKinesis()
+    report = putter(client, aggregate="true").write(rows(400, keys=40))
+    ranges = {**client.closed, **client.open}
+    kept = []  # what readers keep: the user records within the range of the shard they landed on
+    for shard, records in client.shards.items():
+        lo, hi = ranges[shard]
+        for rec in records:
+            for key, data, hash_key in kpl.decode(rec["Data"]):
+                if lo <= kpl.effective_hash_key(key, hash_key) <= hi:
+                    kept.append(int(data.rstrip(b".")))
+    assert sorted(kept) == list(range(400)), "every row kept once by the readers of the shard it landed on"
+    assert report.rerouted_rows > 0 and report.shard_map_refreshes >= 1
