@@ -326,12 +326,12 @@ class AsyncKinesis:
             raise ShardNotFoundError(stream, shard_id) from exc
         return resp["ShardIterator"]
 
-    async def page(self, iterator: str, limit: int, stream: str | None = None) -> Page:
-        """One ``GetRecords`` call (``stream``: the iterator's, when known: a stream given by
-        ARN is named by it)."""
+    async def page(self, stream: str, shard_id: str, iterator: str, limit: int) -> Page:
+        """One ``GetRecords`` call on ``iterator``, which reads shard ``shard_id`` of ``stream``
+        (every call names its shard: the paced client spends that shard's budgets, and a
+        stream given by ARN is named by it)."""
         self.calls += 1
-        extra = arn_arg(self._arns, stream) if stream is not None else {}
-        resp = await self._client.get_records(ShardIterator=iterator, Limit=limit, **extra)
+        resp = await self._client.get_records(ShardIterator=iterator, Limit=limit, **arn_arg(self._arns, stream))
         page = Page.from_api(resp)
         self.records_fetched += len(page.records)
         return page
@@ -348,7 +348,7 @@ class AsyncKinesis:
                 if it is None:
                     it = current["it"] = await self.iterator(stream, shard_id, position)
                 try:
-                    return await self.page(it, limit)
+                    return await self.page(stream, shard_id, it, limit)
                 except ClientError as exc:
                     if is_expired(exc):
                         current["it"] = None
@@ -358,10 +358,6 @@ class AsyncKinesis:
     async def ready(self, key: Any, ops: tuple[str, ...]) -> None:
         """Wait until calls of ``ops`` on shard ``key`` may be made at once (nothing to wait
         for here; see the driver's paced client, whose budgets are per shard)."""
-
-    def remember(self, iterator: str | None, key: Any) -> None:
-        """Note that ``iterator`` reads shard ``key`` (nothing here; see the driver's paced
-        client, whose budgets are per shard)."""
 
     def forget(self, key: Any) -> None:
         """Drop what is kept for a shard that left the query (nothing here; see the driver's

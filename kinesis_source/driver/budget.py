@@ -23,7 +23,7 @@ import bisect
 import math
 import threading
 import time
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from collections.abc import Hashable, Mapping
 
 from botocore.exceptions import ClientError
@@ -35,10 +35,6 @@ from kinesis_source.read_rate import RateState, ShardBytes, page_bytes
 
 GET_RECORDS = "GetRecords"
 GET_SHARD_ITERATOR = "GetShardIterator"
-# Iterators remembered per shard, to know which shard a GetRecords call spends: the newest few
-# are all a reader still holds.
-_ITERATORS_PER_SHARD = 16
-_UNKNOWN_SHARD = ("", "")  # the byte model of calls on iterators whose shard is not known
 MAX_LIMIT = 10_000  # GetRecords' largest Limit
 # A probe waits until its shard's byte model holds what it asks for, up to this many seconds of
 # refill (a probe reads a few records near the tip; this only matters on a drained shard).
@@ -231,8 +227,10 @@ class ByteBudget:
 
 
 class PacedKinesis(AsyncKinesis):
-    """The driver's Kinesis calls, each waiting for its shard's budget and leaving the executor
-    reserve free. Knows which shard an iterator reads from the answers that handed it out."""
+    """The driver's Kinesis calls, each waiting for its shard's budgets (calls and bytes) and
+    leaving the executor reserve free. Every call names its shard: there is no call on an
+    iterator alone, so none can miss its shard's budget (an iterator -> shard ledger once
+    forgot the iterators of a long probe over empty pages, and their calls went unpaced)."""
 
     def __init__(
         self, client, budget: CallBudget, byte_budget: ByteBudget | None = None, attempts: int = 11,
@@ -245,24 +243,10 @@ class PacedKinesis(AsyncKinesis):
         self.budget = budget
         self.byte_budget = byte_budget if byte_budget is not None else ByteBudget(None, budget.lock)
         self._attempts = attempts
-        self._shard_of: dict[str, Hashable] = {}
-        self._recent: dict[Hashable, OrderedDict[str, None]] = defaultdict(OrderedDict)
         self._booked: dict[tuple[Hashable, str], float] = {}  # calls :meth:`ready` spent ahead
         self.waited_s = 0.0
 
-    def remember(self, iterator: str | None, key: Hashable) -> None:
-        if iterator is None:
-            return
-        recent = self._recent[key]
-        recent[iterator] = None
-        self._shard_of[iterator] = key
-        while len(recent) > _ITERATORS_PER_SHARD:
-            old, _ = recent.popitem(last=False)
-            self._shard_of.pop(old, None)
-
-    async def _pace(self, key: Hashable | None, op: str) -> None:
-        if key is None:
-            return
+    async def _pace(self, key: Hashable, op: str) -> None:
         booked = self._booked.pop((key, op), None)
         now = time.monotonic()
         if booked is not None and now - booked < BOOKED_TTL_S:
@@ -282,9 +266,7 @@ class PacedKinesis(AsyncKinesis):
     async def iterator(self, stream: str, shard_id: str, position: Position) -> str:
         key = (stream, shard_id)
         await self._pace(key, GET_SHARD_ITERATOR)
-        it = await super().iterator(stream, shard_id, position)
-        self.remember(it, key)
-        return it
+        return await super().iterator(stream, shard_id, position)
 
     def _bytes_wait(self, key: Hashable, limit: int) -> float:
         """Seconds until the shard's byte model holds what ``limit`` records are worth (up to
@@ -323,34 +305,26 @@ class PacedKinesis(AsyncKinesis):
         with self.byte_budget.lock:
             return model.limit(limit, time.time())
 
-    async def page(self, iterator: str, limit: int, stream: str | None = None) -> Page:
-        key = self._shard_of.get(iterator)
-        if stream is None and isinstance(key, tuple):
-            stream = key[0]  # keys are (stream, shard id)
-        # an iterator of a shard not known here still gets a model, so a throttle waits
-        model_key = key if key is not None else _UNKNOWN_SHARD
+    async def page(self, stream: str, shard_id: str, iterator: str, limit: int) -> Page:
+        key = (stream, shard_id)
         async for attempt in AsyncRetrying(**throttle_retry(self._attempts)):
             with attempt:
                 await self._pace(key, GET_RECORDS)
-                fitted = await self._pace_bytes(model_key, limit)
+                fitted = await self._pace_bytes(key, limit)
                 try:
-                    page = await super().page(iterator, fitted, stream)
+                    page = await super().page(stream, shard_id, iterator, fitted)
                     page.asked = fitted
                 except ClientError as exc:
                     if is_throttled(exc):
                         with self.byte_budget.lock:
-                            self.byte_budget.model(model_key).refused(time.time())
+                            self.byte_budget.model(key).refused(time.time())
                     raise
         with self.byte_budget.lock:
-            self.byte_budget.model(model_key).spend(page_bytes(page.records), len(page.records), time.time())
-        if key is not None:
-            self.remember(page.next_iterator, key)
+            self.byte_budget.model(key).spend(page_bytes(page.records), len(page.records), time.time())
         return page
 
     def forget(self, key: Hashable) -> None:
         """Drop what is kept for a shard that left the query."""
-        for it in self._recent.pop(key, {}):
-            self._shard_of.pop(it, None)
         for op in (GET_RECORDS, GET_SHARD_ITERATOR):
             self._booked.pop((key, op), None)
         self.budget.forget(key)

@@ -145,7 +145,7 @@ class BudgetPlanner:
                 cur.behind_ms = page.behind_ms
             else:
                 assert cur.iterator is not None
-                page = await self._kinesis.page(cur.iterator, limit)
+                page = await self._kinesis.page(stream, shard, cur.iterator, limit)
             cur.iterator = page.next_iterator
             records = _within_cap(page, cur.cap)
             cur.buffer.extend(records)

@@ -136,9 +136,7 @@ class TailProber:
     def keep(self, stream: str, shard: str, pos: Position, iterator: str | None) -> None:
         """Remember an iterator at ``pos``: the next probe from there costs one call."""
         if iterator is not None:
-            key = ShardId(stream, shard)
-            self._continuations[key] = (pos.to_str(), iterator, time.monotonic())
-            self._kinesis.remember(iterator, key)  # an executor's: its calls spend the shard's budget
+            self._continuations[ShardId(stream, shard)] = (pos.to_str(), iterator, time.monotonic())
 
     async def first_page(self, stream: str, shard: str, start: Position, limit: int) -> Page:
         """The first page after ``start``: from the iterator a previous probe left there, else
@@ -179,7 +177,7 @@ class TailProber:
             page = await self._open(stream, shard, start, limit)
         hops = 0
         while not page.records and not page.at_tip and hops < MAX_EMPTY_HOPS:
-            page = await k.page(page.next_iterator, limit)  # type: ignore[arg-type]
+            page = await k.page(stream, shard, page.next_iterator, limit)  # type: ignore[arg-type]
             hops += 1
         if not page.records:
             if page.next_iterator is None:
@@ -235,7 +233,7 @@ class TailProber:
         key = ShardId(stream, shard)
         while True:
             if tip_arrival - window <= last_arrival:  # the window reached the page: read on from it
-                tip, after_tip, tip_at, _ = await self._read_to_tip(page.next_iterator)
+                tip, after_tip, tip_at, _ = await self._read_to_tip(key, page.next_iterator)
                 return tip, after_tip, tip_at
             # The iterator and its page wait for the shard's budget first (a probe's second
             # GetRecords often waits a second): the tip moved on meanwhile, and an estimate made
@@ -249,7 +247,7 @@ class TailProber:
             iterator = await self._kinesis.iterator(stream, shard, Position.at_timestamp(_utc(since)))
             looked, cold = cold, False
             limit, pages = (self._warm_limit(key), 1) if looked else (None, MAX_TIP_PAGES)
-            tip, after_tip, tip_at, reached = await self._read_to_tip(iterator, limit, pages)
+            tip, after_tip, tip_at, reached = await self._read_to_tip(key, iterator, limit, pages)
             if tip is not None and (reached or not looked):
                 return tip, after_tip, tip_at
             if tip is not None:
@@ -313,17 +311,17 @@ class TailProber:
     def _lost(self, stream: str, shard: str, start: Position, landed: str | None) -> None:
         report_data_loss(stream, shard, start, landed, self.fail_on_data_loss)
 
-    async def _read_to_tip(self, iterator: str | None, limit: int | None = None,
+    async def _read_to_tip(self, key: ShardId, iterator: str | None, limit: int | None = None,
                            pages: int = MAX_TIP_PAGES) -> tuple[str | None, str | None, float | None, bool]:
-        """Read pages (of ``limit`` records, at most ``pages`` of them) until the tip; return
-        the last sequence number, the iterator after it, the last record's arrival and whether
-        the tip was reached."""
+        """Read pages of shard ``key`` (of ``limit`` records, at most ``pages`` of them) until
+        the tip; return the last sequence number, the iterator after it, the last record's
+        arrival and whether the tip was reached."""
         last, last_at = None, None
         limit = self._page_limit if limit is None else limit
         for _ in range(pages):
             if iterator is None:  # the shard ended
                 return last, iterator, last_at, True
-            page = await self._kinesis.page(iterator, limit)
+            page = await self._kinesis.page(key.stream, key.shard, iterator, limit)
             if page.records:
                 last, last_at = page.records[-1]["SequenceNumber"], arrival_seconds(page.records[-1])
             iterator = page.next_iterator

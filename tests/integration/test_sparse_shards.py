@@ -7,6 +7,7 @@ import pytest
 
 from tests.support.producer import Producer
 from tests.support.proxy import FaultProxy
+from tests.support.quota import QuotaProxy, as_users_run
 from tests.support.spark_query import read_available_now, running
 from tests.support.waiting import wait_for
 
@@ -74,3 +75,45 @@ def test_available_now_reads_a_sparse_shard_to_its_newest_record(
     got = sorted((r.shard_id, r.seq) for r in sink.rows())
     assert got == sorted((p.shard_id, p.seq) for p in sent)
     assert any(r.shard_id == sparse for r in sink.rows())
+
+
+class _NamingQuotaProxy(QuotaProxy):
+    """The quota server, noting whether each ``GetRecords`` named its stream by ARN."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.without_arn = 0
+
+    def _describe(self, call, body):
+        call = super()._describe(call, body)
+        if call.operation == "GetRecords" and b'"StreamARN"' not in body:
+            with self._lock:
+                self.without_arn += 1
+        return call
+
+
+@pytest.mark.backends("moto")  # the driver's pacing: the same on either server
+def test_a_sparse_shard_is_read_within_the_call_budget_every_call_naming_its_shard_and_stream(
+    spark, kinesis, kinesis_backend, make_stream, source_options, tmp_path
+):
+    """Issue 46 item 2 end to end: a probe crossing a sparse shard's empty pages kept to the
+    per-shard budget and named the stream by ARN in every call (its last reads once ran on
+    iterators the driver had forgotten: unpaced and without ``StreamARN``). Counted at the
+    quota server, per shard and per second, driver and executors together."""
+    producer, sent = _one_shard_with(kinesis, make_stream, 40)
+    arn = kinesis.describe_stream_summary(StreamName=producer.stream)["StreamDescriptionSummary"]["StreamARN"]
+    options = {k: v for k, v in as_users_run(source_options).items() if k != "region"}
+    options.update(streamARN=arn, initialPosition="TRIM_HORIZON")
+    with _NamingQuotaProxy(kinesis_backend) as quota:
+        quota.gap(producer.stream, producer.sent[0].shard_id, GAP)
+        options["endpointUrl"] = quota.url
+        sink = read_available_now(spark, options, tmp_path / "ck")
+        assert quota.gap_pages_served >= GAP
+    assert [r.seq for r in sink.rows()] == [p.seq for p in sent]
+    ours = lambda s: s.access_key == "local"  # noqa: E731
+    reads = quota.calls("GetRecords", where=ours) + quota.calls("GetShardIterator", where=ours)
+    assert reads and [s for s in reads if s.shard is None] == [], "every call counted against its shard"
+    assert quota.without_arn == 0
+    assert quota.peak_rate("GetRecords", window_s=1.0, where=ours) <= 2.0
+    assert quota.peak_rate("GetShardIterator", window_s=1.0, where=ours) <= 1.0
+    assert quota.refused() == 0

@@ -283,7 +283,7 @@ class FaultProxy:
         if op != "GetShardIterator" or status != 200 or not self._gaps:
             return data
         req = json.loads(body)
-        pages = self._gaps.get((req.get("StreamName"), req.get("ShardId")))
+        pages = self._gaps.get((_stream_of(req), req.get("ShardId")))
         if not pages or req.get("ShardIteratorType") != "TRIM_HORIZON":
             return data
         resp = json.loads(data)

@@ -8,6 +8,7 @@ check which records a probe read. Integration tests use a real server instead.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import SimpleNamespace
@@ -49,6 +50,8 @@ class FakeKinesis:
         self.served: list[str] = []  # sequence numbers returned by GetRecords, in order
         self.calls: list[str] = []
         self.limits: list[int] = []  # the Limit of every GetRecords, in order
+        # every GetRecords as (shard, monotonic time, StreamARN given or None), in order
+        self.get_records_log: list[tuple[str, float, str | None]] = []
         self.expire_next: int = 0  # the next N GetRecords calls raise ExpiredIteratorException
         self.throttle_next: int = 0  # the next N GetRecords calls are refused for throughput
         # Added to every non-zero MillisBehindLatest, as if it were measured to "now".
@@ -77,9 +80,10 @@ class FakeKinesis:
                 idx += 1
         return {"ShardIterator": f"{ShardId}|{idx}|0"}
 
-    def get_records(self, ShardIterator, Limit):
+    def get_records(self, ShardIterator, Limit, StreamARN=None):
         self.calls.append("GetRecords")
         self.limits.append(Limit)
+        self.get_records_log.append((ShardIterator.split("|")[0], time.monotonic(), StreamARN))
         if self.expire_next:
             self.expire_next -= 1
             raise _error("ExpiredIteratorException")

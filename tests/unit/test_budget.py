@@ -50,7 +50,7 @@ def test_shards_have_their_own_windows_and_the_driver_leaves_the_reserve():
 
 def test_paced_calls_on_one_shard_keep_to_the_driver_share():
     """Driver calls on one shard: one per second (half of 2/s), the rest left to executors;
-    GetRecords find their shard from the iterators the answers handed out."""
+    every GetRecords names its shard."""
     fake = FakeKinesis({"a": FakeShard(log_of(5)), "b": FakeShard(log_of(5))})
     budget = CallBudget({GET_RECORDS: 20.0, GET_SHARD_ITERATOR: 10.0})
     kinesis = PacedKinesis(AsyncFake(fake), budget)
@@ -58,7 +58,7 @@ def test_paced_calls_on_one_shard_keep_to_the_driver_share():
     async def run():
         it = await kinesis.iterator("s", "a", Position.trim_horizon())
         for _ in range(25):
-            page = await kinesis.page(it, 1)
+            page = await kinesis.page("s", "a", it, 1)
             it = page.next_iterator or it
         await kinesis.iterator("s", "b", Position.trim_horizon())
 
@@ -97,9 +97,9 @@ def test_a_throttled_probe_is_tried_again_after_the_byte_models_wait():
 
     async def run():
         it = await kinesis.iterator("s", "a", Position.trim_horizon())
-        await kinesis.page(it, 1)  # the shard's record size is known from here on
+        await kinesis.page("s", "a", it, 1)  # the shard's record size is known from here on
         fake.throttle_next = 1
-        return await kinesis.page(it, 2)
+        return await kinesis.page("s", "a", it, 2)
 
     loop = asyncio.new_event_loop()
     page = loop.run_until_complete(run())
@@ -262,3 +262,26 @@ def test_a_first_probes_iterator_opens_the_read_of_the_range_from_its_start():
     after = Position.after(recs[10][0])
     asyncio.run(prober.probe("s", "a", after))
     assert prober.opener(key, after) is None
+
+
+def test_every_getrecords_of_a_probe_over_a_sparse_shard_is_paced_and_names_its_stream():
+    """Issue 46 item 2: a probe that crosses many empty pages (a sparse shard, as real Kinesis
+    serves it) and widens its window over and over read its last pages on iterators that a
+    16-a-shard ledger had forgotten: unpaced, on a shared byte model, without ``StreamARN``
+    (fails on 6e29bff: calls without the ARN, and more in one second than the driver's share).
+    Every call names its shard now."""
+    recs = log_of(3, spacing=100.0)
+    fake = FakeKinesis({"a": FakeShard(recs, gaps={1: 25, 2: 25})})
+    budget = CallBudget({GET_RECORDS: 20.0, GET_SHARD_ITERATOR: 20.0})
+    arn = "arn:aws:kinesis:us-east-1:123456789012:stream/s"
+    kinesis = PacedKinesis(AsyncFake(fake), budget, arns={"s": arn})
+    prober = TailProber(kinesis, page_limit=10000)
+    result = asyncio.run(prober.probe("s", "a", Position.trim_horizon()))
+    log = fake.get_records_log
+    assert result.tip in {s for s, _ in recs} and len(log) > 16
+    assert [a for _, _, a in log if a != arn] == [], "every GetRecords names the stream by its ARN"
+    assert budget.spent[GET_RECORDS] == len(log), "every GetRecords spent its shard's budget"
+    times = [t for _, t, _ in log]
+    # the driver's share is half of 20 calls a second (the rest is kept for executor reads)
+    worst = max(sum(1 for u in times if t <= u < t + 1.0) for t in times)
+    assert worst <= 10, f"{worst} GetRecords within one second"
