@@ -138,9 +138,11 @@ class ShardBytes:
     """The model of one shard's byte bucket, spent by this source's reads (not thread-safe: one
     reader, or its owner's lock, at a time). Times are epoch seconds."""
 
-    def __init__(self, cap: float | None, state: RateState | None, now: float) -> None:
+    def __init__(self, cap: float | None, state: RateState | None, now: float, own_debt: bool = False) -> None:
         """``cap``: most bytes/s this source reads from the shard (None: no cap); ``state``: where
-        the model stands (None: a shard nobody read lately, its bucket full)."""
+        the model stands (None: a shard nobody read lately, its bucket full); ``own_debt``: the
+        state may miss this source's own reads (another attempt of the same read, whose bytes
+        no model saw): the first refusal is taken as that debt, not as others' reads."""
         self.cap = cap
         if state is None:
             state = RateState(SHARD_BURST_BYTES, now)
@@ -150,10 +152,13 @@ class ShardBytes:
         self._learned_at = state.learned_at  # None: no refusal has verified the model yet
         self._since = state.learned_at if state.learned_at is not None else self._at
         self.record_bytes = state.record_bytes
-        self._cap_level = self._cap_depth() if state.cap_level is None else state.cap_level
+        # (a cap's level means nothing without a cap: a drained state sets it either way)
+        self._cap_level = (self._cap_depth() if state.cap_level is None or cap is None
+                           else state.cap_level)
         self.throttles = 0
         self._last_take = 0  # the bytes of this model's last page (a refusal may owe them)
         self._taught = state.taught  # others' estimate as the last refusal set it (before fading)
+        self._own_debt = own_debt
 
     # -- the model -----------------------------------------------------------------------
 
@@ -215,6 +220,14 @@ class ShardBytes:
         """A call was refused for throughput: the bucket is empty. The bytes the model still
         had were read by others since it was last known right: learn their rate from them."""
         self._refill(now)
+        if self._own_debt:
+            # This source's own unseen reads emptied the bucket (a retried read's first
+            # attempt): nothing to learn of others; wait for the refill like any refusal.
+            self._own_debt = False
+            self._level = min(self._level, 0.0) - self._last_take
+            self._last_take = 0
+            self.throttles += 1
+            return
         if self._learned_at is None:
             # The model was never verified (a bucket assumed full), so what it still had is no
             # rate; but someone else reads: an equal share is assumed until refusals say more.
@@ -284,3 +297,23 @@ class ShardBytes:
         return RateState(self._level, self._at, self._others, self._learned_at, self.record_bytes, cap_level,
                          self._taught)
 
+
+def retried_state(handed: RateState | None, range_bytes: float, now: float) -> RateState:
+    """The state a read starts from when Spark runs it again (a retried task, a speculative
+    copy): an earlier attempt may have read the range from the same ``handed`` state, and the
+    shard's bucket holds no more than either bound below, so it starts from the lower:
+
+    - the handed state less every byte of the range (``range_bytes``, when the records' size is
+      known), refilled since: what the bucket holds if the earlier attempt read it all;
+    - empty now: an attempt's own pages keep its model's level at or above zero, but for the
+      first page from a full bucket whose records' size was not known.
+
+    What others read and the records' size are kept; the cap's bucket (if any) starts empty."""
+    level = 0.0
+    if handed is not None:
+        less = RateState(handed.level - range_bytes, handed.at, handed.others, handed.learned_at,
+                         handed.record_bytes, None, handed.taught)
+        level = min(level, ShardBytes(None, less, now).state(now).level)
+    if handed is None:
+        return RateState(level, now, cap_level=0.0)
+    return RateState(level, now, handed.others, handed.learned_at, handed.record_bytes, 0.0, handed.taught)

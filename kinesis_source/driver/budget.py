@@ -213,6 +213,13 @@ class ByteBudget:
                 new = self._models[key] = ShardBytes(self.cap, state, now)
                 new.throttles = old.throttles  # the driver's own, counted in stats
 
+    def charge(self, key: Hashable, nbytes: int) -> None:
+        """Bytes a read took that the shard's model did not hand out (a read Spark ran
+        again): spent from the model as of now."""
+        with self.lock:
+            if key in self._models:
+                self._models[key].spend(nbytes, 0, time.time())
+
     def forget(self, key: Hashable) -> None:
         """Drop a shard's model (it left the query)."""
         with self.lock:

@@ -50,6 +50,9 @@ READ_HOLD_S = 3600.0
 FIRST_PROBE_TIMEOUT_S = 60.0
 # How far an executor's reported call times may lie before its booking (clock skew).
 MAX_CLOCK_SKEW_S = 5.0
+# An unbooked read's calls (a planned read Spark ran again) count from at most this long ago:
+# older ones have left every call window.
+UNBOOKED_LOOKBACK_S = 10.0
 # A shard's new records join a batch only if its executor read can start within this.
 HOLD_SLACK_S = 0.05
 # Fan-out: Kinesis refuses a shard's subscription within 5 s of its last one; a little more, as
@@ -160,10 +163,15 @@ class Planner:
             def apply(reports: list[TipReport]) -> None:
                 for tip in reports:
                     tips.report(tip)
-                    if tip.watch is None:
-                        self._settle(tip)
-                    if tip.rate is not None:
+                    booked = self._settle(tip) if tip.watch is None else True
+                    if tip.rate is not None and booked:
                         self.byte_budget.adopt(tip.shard, tip.rate)
+                    elif tip.rate is not None:
+                        # A read nobody booked: Spark ran a planned read again (a batch's
+                        # partitions re-executed by another action, a speculative copy). It
+                        # started from a state that missed the first run's bytes, so what it
+                        # learnt of others may be that run: only its bytes are kept.
+                        self.byte_budget.charge(tip.shard, tip.read_bytes)
                     self._executor_throttles += tip.throttled
                     if tip.subscribed_at is not None:
                         at = min(tip.subscribed_at, time.time() + MAX_CLOCK_SKEW_S)
@@ -185,17 +193,21 @@ class Planner:
                 return None
         return self._listener.address
 
-    def _settle(self, tip: TipReport) -> None:
+    def _settle(self, tip: TipReport) -> bool:
         """The shard's ledger gets the reported read's actual call times in place of its
-        booking (times from the executor's clock, kept within what could be true here)."""
+        booking (times from the executor's clock, kept within what could be true here); a read
+        nobody booked (Spark ran a planned read again) adds its calls. Returns whether the read
+        was booked."""
         booked = self._bookings.pop(tip.shard, None)
-        if booked is None or not tip.calls:
-            return
+        if not tip.calls:
+            return booked is not None
         now, wall = time.monotonic(), time.time()
-        earliest = min(min(times) for times in booked.values()) - MAX_CLOCK_SKEW_S
+        spent = [t for times in booked.values() for t in times] if booked else []
+        earliest = (min(spent) if spent else now - UNBOOKED_LOOKBACK_S) - MAX_CLOCK_SKEW_S
         for op, times in tip.calls.items():
             actual = [min(now, max(earliest, now - (wall - t))) for t in times]
-            self.budget.settle(tip.shard, op, booked.get(op, []), actual)
+            self.budget.settle(tip.shard, op, booked.get(op, []) if booked else [], actual)
+        return booked is not None
 
     def close(self) -> None:
         """Stop the background work, close the client and the event loop."""

@@ -53,6 +53,15 @@ def read_partition(partition: RangePartition) -> Iterator[pa.RecordBatch]:
         send_reports(partition.report_to, within_carry_budget(tips))
 
 
+def attempt_number() -> int:
+    """Which attempt of its task this is (0: the first; a retried or speculative task's is
+    higher). 0 outside a Spark task."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.attemptNumber() if context is not None else 0
+
+
 def _reader(client: Any, partition: RangePartition, read: ShardRead) -> Reader:
     if read.consumer_arn is not None:
         watch_to = partition.report_to if partition.watch_tips else None
@@ -62,7 +71,7 @@ def _reader(client: Any, partition: RangePartition, read: ShardRead) -> Reader:
         client, read.range, partition.page_limit, partition.fail_on_data_loss, read.opener,
         partition.page_interval_s, read.not_before, read.records, read.rate, partition.max_rate,
         partition.settings.max_retries + 1, dict(partition.settings.stream_arns).get(read.range.stream),
-        partition.held_interval_s, read.end_at, read.carried, read.second_at,
+        partition.held_interval_s, read.end_at, read.carried, read.second_at, attempt_number() > 0,
     )
 
 

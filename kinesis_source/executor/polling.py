@@ -41,7 +41,14 @@ from kinesis_source.aws.kinesis import (
 )
 from kinesis_source.executor.cursor import RangeReaderBase, RawPage
 from kinesis_source.positions import AFTER, Position, ShardRange, seq_key
-from kinesis_source.read_rate import MIN_RATE_SPAN_S, RateState, ShardBytes, page_bytes, records_between
+from kinesis_source.read_rate import (
+    MIN_RATE_SPAN_S,
+    RateState,
+    ShardBytes,
+    page_bytes,
+    records_between,
+    retried_state,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +83,7 @@ class RangeReader(RangeReaderBase):
         end_at: float | None = None,
         carried: tuple[dict, ...] = (),
         second_at: float | None = None,
+        retried: bool = False,
     ) -> None:
         """``records``: how many records the range holds, when planning knows or estimates it
         (then each call asks for what is left of them, not ``limit``: records past the end would
@@ -94,7 +102,10 @@ class RangeReader(RangeReaderBase):
         iterator. ``second_at``: when the shard's call budget has room for the read's second
         ``GetRecords`` (epoch seconds), given the driver's probes before the read: with
         ``held_interval_s``, the second call waits for that and ``held_interval_s`` instead of
-        ``page_interval_s``."""
+        ``page_interval_s``. ``retried``: Spark runs this read again (a retried or speculative
+        task): an earlier attempt may have spent the byte state handed over, so the read starts
+        from a state no fuller than the shard's (:func:`retried_state`) and takes its first refusal for that
+        attempt's bytes, not for another application's."""
         super().__init__(rng, fail_on_data_loss)
         self._client = client
         self._limit = limit
@@ -109,7 +120,11 @@ class RangeReader(RangeReaderBase):
         self.call_times: dict[str, list[float]] = {"GetRecords": [], "GetShardIterator": []}
         self.expiries = 0
         self.handed_over = False  # the driver's iterator served the first page
-        self.bytes = ShardBytes(max_rate, rate, time.time())
+        now = time.time()
+        if retried:
+            size = rate.record_bytes if rate is not None and rate.record_bytes else 0.0
+            rate = retried_state(rate, (records or 0) * size, now)
+        self.bytes = ShardBytes(max_rate, rate, now, own_debt=retried)
         self._attempts = attempts
         self._arn_arg = {"StreamARN": stream_arn} if stream_arn else {}
         self._end_at = end_at

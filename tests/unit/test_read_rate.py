@@ -271,3 +271,28 @@ def test_a_refusal_after_the_estimate_faded_puts_it_back_where_the_last_one_set_
     carried = ShardBytes(None, model.state(later), later)  # the state travels with its peak
     carried.refused(later + 1)
     assert carried.state(later + 1).others >= taught
+
+
+def test_a_retried_read_starts_no_fuller_than_its_first_attempt_can_have_left_the_shard():
+    """Issue 46 item 3: the state a retried read starts from is the lower of the handed state
+    less the whole range (refilled since) and an empty bucket; its first refusal is its own
+    first attempt's debt, not another application's reads."""
+    from kinesis_source.read_rate import retried_state
+
+    handed = RateState(SHARD_BURST_BYTES, 1000.0, record_bytes=100_000.0)
+    # the earlier attempt may have read 13 MB from a 10 MiB bucket two seconds ago: 2.4 MiB owed
+    state = retried_state(handed, 13_000_000, 1001.0)
+    assert state.level == pytest.approx(SHARD_BURST_BYTES - 13_000_000 + 2 * MIB, abs=1)
+    assert state.at == 1001.0 and state.record_bytes == 100_000.0 and state.cap_level == 0.0
+    # a small range, or one whose size is not known: empty now
+    assert retried_state(handed, 1_000, 1001.0).level == 0.0
+    assert retried_state(None, 0, 1001.0).level == 0.0
+    model = ShardBytes(None, state, 1001.0, own_debt=True)
+    model.refused(1001.5)
+    model.refused(1002.0)  # the second refusal is others' (an equal share, as for any first one)
+    assert model.throttles == 2 and model.state(1002.0).others == pytest.approx(SHARD_BYTES_PER_S * 0.5)
+    alone = ShardBytes(None, state, 1001.0, own_debt=True)
+    alone.refused(1001.5)
+    assert alone.state(1001.5).others == 0.0
+    capped = ShardBytes(MIB, retried_state(handed, 0, 1001.0), 1001.0)
+    assert capped.available(1001.0) <= 0.0  # the cap's bucket starts empty too

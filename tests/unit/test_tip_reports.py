@@ -257,6 +257,43 @@ def test_the_reported_call_times_replace_the_reads_booking_in_the_ledger():
         planner.close()
 
 
+def test_a_read_spark_runs_again_adds_its_calls_and_bytes_and_teaches_no_neighbour():
+    """Issue 46: Spark may run a planned read again after its first run reported (a batch's
+    partitions re-executed by a second action, a speculative copy). That read was never booked:
+    its calls join the shard's call window and its bytes are spent from the driver's model, but
+    the neighbour it learnt from its first run's unseen bytes is not taken (fails on 6e29bff:
+    its calls went uncounted and its state replaced the driver's)."""
+    from kinesis_source.driver.budget import GET_RECORDS
+    from kinesis_source.read_rate import MIB
+
+    recs = log_of(20)
+    fake = TimedFake({"a": FakeShard(recs)})
+    planner = reporting_planner(fake, getRecordsPerShardPerSecond="2", minProbeIntervalMs="3600000",
+                                maxIdleProbeIntervalMs="3600000")
+    try:
+        start = trim_horizon(A)
+        end = planner.latest_offset(start)
+        (rng,) = plan_ranges(start, end)
+        _, address = planner.hand_over([rng])
+        assert address is not None
+        now = time.time()
+        first = TipReport(A, recs[-1][0], 0, None, {"GetRecords": [now]}, read_bytes=3 * MIB,
+                          rate=RateState(5 * MIB, now))
+        assert applied(address, [first])
+        wait_for(lambda: planner.budget.room(A, GET_RECORDS) == 2, timeout=5, what="the window to empty")
+        level = planner.byte_budget.model(A).state(time.time()).level
+        now = time.time()
+        again = TipReport(A, recs[-1][0], 0, None, {"GetRecords": [now, now]}, read_bytes=3 * MIB,
+                          rate=RateState(4 * MIB, now, others=MIB, learned_at=now, taught=MIB), throttled=1)
+        assert applied(address, [again])
+        state = planner.byte_budget.model(A).state(time.time())
+        assert state.others == 0.0, "no neighbour learnt from the read's own first run"
+        assert state.level < level - 2.5 * MIB, "the second run's bytes are spent"
+        assert planner.budget.room(A, GET_RECORDS) == 0, "its two calls fill the shard's window"
+    finally:
+        planner.close()
+
+
 def test_a_read_is_told_when_its_second_call_fits_after_the_drivers_probes():
     """The driver stops probing a shard while an executor reads it (the report resumes them),
     so a read's second call need only wait for the driver's probes before the read to leave the
