@@ -155,8 +155,10 @@ class SourceOptions(ConnectionOptions):
         "string",
         None,
         "Address the driver's report listener binds to and executors connect to (default: the "
-        "address the driver's host name resolves to). Set it where executors reach the driver "
-        "under another address.",
+        "address Spark gives the driver: SPARK_LOCAL_IP, else the host name's address unless it "
+        "is loopback, else the first non-loopback interface address). Set it to "
+        "spark.driver.host where executors reach the driver under another address; progress "
+        "counts reads whose report never came (tipReportsMissing).",
         parse_host,
     )
     shards_per_task: int | None = option(

@@ -24,7 +24,7 @@ from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, ByteBu
 from kinesis_source.driver.limits import BudgetPlanner
 from kinesis_source.driver.listing import ShardListing
 from kinesis_source.driver.probe import SETTLE_PAUSE_S, SETTLE_TIMEOUT_S, ProbeResult, TailProber
-from kinesis_source.driver.reports import TipListener, default_host
+from kinesis_source.driver.reports import TipListener, default_host, is_loopback
 from kinesis_source.driver.runtime import LoopThread
 from kinesis_source.driver.start import resolve_positions
 from kinesis_source.driver.tips import TipTable
@@ -53,6 +53,9 @@ MAX_CLOCK_SKEW_S = 5.0
 # An unbooked read's calls (a planned read Spark ran again) count from at most this long ago:
 # older ones have left every call window.
 UNBOOKED_LOOKBACK_S = 10.0
+# Reads without a report (and none ever received) before the driver warns that executors
+# cannot reach its listener.
+MISSING_WARN = 3
 # A shard's new records join a batch only if its executor read can start within this.
 HOLD_SLACK_S = 0.05
 # Fan-out: Kinesis refuses a shard's subscription within 5 s of its last one; a little more, as
@@ -102,6 +105,7 @@ class Planner:
         self._subscribed: dict[ShardId, float] = {}  # fan-out: each shard's last subscription (wall clock)
         self._turn = 0  # rotates which shard a limited batch serves first
         self._booked = 0
+        self._missing = 0  # booked reads whose report had not come when the shard was booked again
         self._carried_ranges = self._carried_records = 0  # ranges (and records) executors got whole
         self._answer_s = 0.0  # how long the last latest_offset took
         self._read_bytes = self._extra_bytes = 0  # what executors reported reading
@@ -182,6 +186,11 @@ class Planner:
                     self._extra_bytes += tip.extra_bytes
 
             self._listener = TipListener(self._opts.tip_report_host or default_host(), apply)
+            if not self._opts.tip_report_host and is_loopback(self._listener.host):
+                log.warning("executors' tip reports go to %s, a loopback address: executors on other "
+                            "hosts cannot reach it, and the driver then probes every shard itself. "
+                            "On a cluster, set option tipReportHost to the driver's address that "
+                            "executors reach (spark.driver.host)", self._listener.host)
         if self._listener.address is None:
             try:
                 await self._listener.start()
@@ -460,6 +469,8 @@ class Planner:
             if carried is not None:
                 prefix = carried[0]
                 opener = (carried[2], None) if carried[2] is not None else None
+            if rng.shard in self._bookings:
+                self._report_missing(rng.shard)
             at, self._bookings[rng.shard] = self.budget.book_read(rng.shard, opener is None, now)
             self._booked += 1
             # The driver's probes of the shard stop while it is read (the report resumes them):
@@ -482,6 +493,18 @@ class Planner:
         if address is not None and tips is not None:
             tips.reading(reading, time.monotonic() + READ_HOLD_S)
         return out, address
+
+    def _report_missing(self, shard: ShardId) -> None:
+        """The shard's last read was booked, and its report has not come by its next batch
+        (batches run one after another, and a read reports before its task ends)."""
+        self._missing += 1
+        if self._missing == MISSING_WARN and self._tips is not None and not self._tips.reports:
+            address = self._listener.address if self._listener is not None else None
+            log.warning("%d executor reads sent no tip report to the driver at %s (shard %s the "
+                        "last), and none ever arrived: executors cannot reach that address, and "
+                        "the driver probes every shard itself. Set option tipReportHost to the "
+                        "driver's address that executors reach (spark.driver.host), or "
+                        "tipReports=false", self._missing, address, shard)
 
     def stats(self) -> dict[str, Any]:
         """Driver-side cost so far (``latestOffset`` answers and the last one's time, background
@@ -509,6 +532,8 @@ class Planner:
             "throttledReads": self._executor_throttles,
             "tipReports": self._tips.reports if self._tips else 0,
             "tipReportsRefused": self._listener.refused if self._listener else 0,
+            # booked reads whose report never came (executors that cannot reach tipReportHost)
+            "tipReportsMissing": self._missing,
             "watchedShards": self._tips.watched_count() if self._tips else 0,
             "shards": self._last.lag if self._last is not None else self._lag,
         }

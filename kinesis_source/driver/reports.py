@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import logging
+import os
 import secrets
 import socket
 from collections.abc import Callable
@@ -22,11 +24,58 @@ READ_TIMEOUT_S = 10.0
 
 
 def default_host() -> str:
-    """The address executors most likely reach the driver at: the host name's address."""
+    """The address executors most likely reach the driver at, found as Spark finds the
+    driver's own (``Utils.findLocalInetAddress``): ``SPARK_LOCAL_IP`` if set; else the host
+    name's address unless it is loopback (Debian's and many containers' ``/etc/hosts`` map the
+    host name to 127.0.1.1); else the first non-loopback IPv4 address of an interface that is
+    up; else loopback, which executors on other hosts cannot reach (:func:`is_loopback`)."""
+    chosen = os.environ.get("SPARK_LOCAL_IP", "").strip()
+    if chosen:
+        return chosen
     try:
-        return socket.gethostbyname(socket.gethostname())
+        named = socket.gethostbyname(socket.gethostname())
     except OSError:
-        return "127.0.0.1"
+        named = "127.0.0.1"
+    if not is_loopback(named):
+        return named
+    for address in interface_addresses():
+        if not is_loopback(address):
+            return address
+    return named
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address (or name) only this machine reaches."""
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
+
+
+def interface_addresses() -> list[str]:
+    """The IPv4 addresses of this machine's interfaces that are up, by interface index (Linux;
+    empty elsewhere). Nothing is sent: each address is read with one ``ioctl``."""
+    try:
+        import fcntl
+        import struct
+    except ImportError:  # not a POSIX system
+        return []
+    out = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            packed = struct.pack("256s", name.encode()[:15])
+            try:
+                flags = struct.unpack("H", fcntl.ioctl(sock.fileno(), _SIOCGIFFLAGS, packed)[16:18])[0]
+                if not flags & _IFF_UP:
+                    continue
+                out.append(socket.inet_ntoa(fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, packed)[20:24]))
+            except OSError:  # no IPv4 address, or not Linux
+                continue
+    return out
+
+
+# Linux's ioctl requests for an interface's flags and IPv4 address, and the "up" flag
+_SIOCGIFFLAGS, _SIOCGIFADDR, _IFF_UP = 0x8913, 0x8915, 0x1
 
 
 class TipListener:

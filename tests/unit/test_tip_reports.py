@@ -553,3 +553,51 @@ def test_an_available_now_runs_first_answer_starts_from_its_targets_probe():
         assert fake.calls.count("GetShardIterator") == iterators
     finally:
         planner.close()
+
+
+def test_the_default_report_host_is_an_address_other_hosts_reach_as_spark_finds_the_drivers(monkeypatch):
+    """Issue 52's day-one defect: the listener bound to the address the host name resolves to,
+    loopback on Debian's default /etc/hosts, so executors on other hosts never reached it. The
+    default now follows Spark's own choice of the driver's address."""
+    from kinesis_source.driver import reports
+
+    monkeypatch.setenv("SPARK_LOCAL_IP", "10.9.8.7")
+    assert reports.default_host() == "10.9.8.7"
+    monkeypatch.delenv("SPARK_LOCAL_IP")
+    monkeypatch.setattr(reports.socket, "gethostname", lambda: "localhost")  # resolves to loopback
+    monkeypatch.setattr(reports, "interface_addresses", lambda: ["127.0.0.1", "192.0.2.9", "198.51.100.3"])
+    assert reports.default_host() == "192.0.2.9"
+    monkeypatch.setattr(reports, "interface_addresses", lambda: ["127.0.0.1"])
+    assert reports.is_loopback(reports.default_host())
+
+
+def test_this_machines_interfaces_are_read_without_sending_anything():
+    from kinesis_source.driver.reports import interface_addresses, is_loopback
+
+    found = interface_addresses()
+    assert "127.0.0.1" in found and all(a.count(".") == 3 for a in found)
+    assert is_loopback("127.0.1.1") and not is_loopback("192.0.2.1")
+
+
+def test_reads_whose_reports_never_come_are_counted_and_the_driver_says_what_to_set(caplog):
+    """Issue 52: with the report port unreachable the query still reads everything (the driver
+    probes), but silently; the progress now counts the reports missing and the driver warns,
+    naming tipReportHost."""
+    recs = log_of(20_000)
+    fake = TimedFake({"a": FakeShard(recs)})
+    planner = reporting_planner(fake)
+    try:
+        start = trim_horizon(A)
+        with caplog.at_level("WARNING", logger="kinesis_source.driver.planner"):
+            for n in range(4):
+                # more new records each batch than a probe reads: executors must read them
+                fake.shards["a"].records = recs[: 5000 * (n + 1)]
+                end = wait_for(lambda s=start: (e := planner.latest_offset(s)) != s and e, timeout=10,
+                               what=f"batch {n}")
+                planner.hand_over(plan_ranges(start, end))  # no executor reports back
+                start = end
+        assert planner.stats()["tipReportsMissing"] == 3
+        assert any("tipReportHost" in r.getMessage() and "none ever arrived" in r.getMessage()
+                   for r in caplog.records)
+    finally:
+        planner.close()
