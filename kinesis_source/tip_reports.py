@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -45,7 +46,14 @@ CARRIED_BYTES_PER_MESSAGE = 1 << 20  # ...and this little over the task's shards
 _RECORD_JSON_BYTES = 160  # a carried record's JSON besides its data and key: sequence number, arrival
 MAX_ITERATOR_CHARS = 4096
 CALL_OPS = ("GetRecords", "GetShardIterator")
-MAX_CALLS = 10_000  # call times per operation in one report
+MAX_CALLS = 10_000  # call times per operation in one report, at most (the listener's check)
+# A read reports the times of its newest calls only (those that can still lie in a call window:
+# a window holds at most ceil(rate) calls), and how many it made in all: a long catch-up's
+# report stays small by construction.
+REPORTED_CALLS = 100
+# A task's reports go in messages of about this many bytes at most (each report is bounded:
+# its iterator, call times and carried records), never in one line the listener refuses.
+MESSAGE_BUDGET_BYTES = MAX_MESSAGE_BYTES // 2
 WATCH_FLUSH_S = 0.2  # a process's watches report new tips together, this often at most
 WATCH_HEARTBEAT_S = 1.0  # a live watch says so this often...
 WATCH_SILENT_S = 10.0  # ...while its last event is this recent (Kinesis sends empty ones when idle)
@@ -85,6 +93,8 @@ class TipReport:
     in_range: int | None = None  # records the read returned from its range (polling)
     # the ``past`` records themselves, in order (``seq`` the last), when the report carries them
     carried: tuple[dict, ...] | None = None
+    # how many calls the read made, per operation, when ``calls`` holds only the newest
+    made: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The report's JSON object."""
@@ -94,7 +104,8 @@ class TipReport:
                 "rate": self.rate.to_json() if self.rate is not None else None,
                 "throttled": self.throttled, "subscribedAt": self.subscribed_at,
                 "watch": self.watch, "seqAt": self.seq_at, "inRange": self.in_range,
-                "carried": records_to_json(self.carried) if self.carried is not None else None}
+                "carried": records_to_json(self.carried) if self.carried is not None else None,
+                "made": self.made}
 
     @staticmethod
     def from_json(data: Any) -> TipReport:
@@ -116,6 +127,12 @@ class TipReport:
             for op, times in calls.items()
         ):
             raise ValueError("calls is not a list of call times per operation")
+        made = data.get("made") or {}
+        if not isinstance(made, dict) or any(
+            op not in CALL_OPS or not isinstance(n, int) or isinstance(n, bool) or n < len(calls.get(op, []))
+            for op, n in made.items()
+        ):
+            raise ValueError("made is not a count of calls per operation")
         counts = {key: data.get(key, 0) for key in ("past", "readBytes", "extraBytes", "throttled")}
         in_range = data.get("inRange")
         if in_range is not None:
@@ -142,7 +159,8 @@ class TipReport:
                          check_seq(end) if end is not None else None,
                          counts["past"], counts["readBytes"], counts["extraBytes"], rate,
                          counts["throttled"], float(subscribed) if subscribed is not None else None,
-                         watch, float(seq_at) if seq_at is not None else None, in_range, carried)
+                         watch, float(seq_at) if seq_at is not None else None, in_range, carried,
+                         dict(made))
 
 
 def records_to_json(records: tuple[dict, ...]) -> list[dict[str, Any]]:
@@ -191,6 +209,28 @@ def carried_size(records: list[dict] | tuple[dict, ...]) -> int:
                for r in records)
 
 
+def call_record(times: dict[str, list[float]]) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """A read's call times as its report carries them: the newest ``REPORTED_CALLS`` of each
+    operation, and how many it made."""
+    return ({op: ts[-REPORTED_CALLS:] for op, ts in times.items() if ts},
+                {op: len(ts) for op, ts in times.items() if ts})
+
+
+def messages(tips: list[TipReport]) -> list[list[TipReport]]:
+    """A task's reports split into messages of at most ``MESSAGE_BUDGET_BYTES`` each (a report
+    larger than that, which its bounds make impossible, goes alone)."""
+    out: list[list[TipReport]] = []
+    size = MESSAGE_BUDGET_BYTES
+    for tip in tips:
+        cost = len(json.dumps(tip.to_json(), separators=(",", ":"))) + 1
+        if size + cost > MESSAGE_BUDGET_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(tip)
+        size += cost
+    return out
+
+
 def within_carry_budget(tips: list[TipReport]) -> list[TipReport]:
     """The task's reports with carried records dropped past ``CARRIED_BYTES_PER_MESSAGE`` of
     the line (in order: the first shards keep theirs), so that it stays under its limit."""
@@ -218,18 +258,43 @@ class ReportAddress:
         return f"ReportAddress({self.host}:{self.port})"  # the token stays out of logs
 
 
-def encode(token: str, tips: list[TipReport]) -> bytes:
-    """One report message: a line of canonical JSON."""
-    body = {"token": token, "tips": [t.to_json() for t in tips]}
+def encode(token: str, tips: list[TipReport], now: float | None = None) -> bytes:
+    """One report message: a line of canonical JSON, with the sender's clock when it was sent
+    (``now``, epoch seconds: the receiver moves the tips' times to its own clock)."""
+    body = {"token": token, "tips": [t.to_json() for t in tips], "sentAt": time.time() if now is None else now}
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode() + b"\n"
 
 
-def decode(line: bytes) -> tuple[str, list[TipReport]]:
-    """(token, tips) of one message; raises ``ValueError`` naming what is wrong."""
+def decode(line: bytes, now: float | None = None) -> tuple[str, list[TipReport]]:
+    """(token, tips) of one message, their times on the receiver's clock (``now`` when it
+    arrived, epoch seconds); raises ``ValueError`` naming what is wrong."""
     body = json.loads(line)
     if not isinstance(body, dict) or not isinstance(body.get("token"), str):
         raise ValueError("a report message has no token")
     tips = body.get("tips")
     if not isinstance(tips, list):
         raise ValueError("a report message has no tips")
-    return body["token"], [TipReport.from_json(t) for t in tips]
+    sent = body.get("sentAt")
+    if sent is not None and (not isinstance(sent, (int, float)) or isinstance(sent, bool) or not 0 < sent < 1e11):
+        raise ValueError(f"sentAt {sent!r} is not a time")
+    parsed = [TipReport.from_json(t) for t in tips]
+    if sent is None:
+        return body["token"], parsed
+    # The sender's clock may be ahead or behind: its times move by the difference between the
+    # two clocks as the message shows it (the transit adds a little, which only makes a byte
+    # state as of a little earlier: never fuller than it was).
+    shift = (time.time() if now is None else now) - float(sent)
+    return body["token"], [_shifted(tip, shift) for tip in parsed]
+
+
+def _shifted(tip: TipReport, shift: float) -> TipReport:
+    """``tip`` with its sender-clock times (calls, subscription, byte state) moved by ``shift``
+    seconds; the arrival of its record is the server's clock and stays."""
+    rate = tip.rate
+    if rate is not None:
+        rate = replace(rate, at=rate.at + shift,
+                       learned_at=rate.learned_at + shift if rate.learned_at is not None else None)
+    return replace(
+        tip, rate=rate, calls={op: [t + shift for t in times] for op, times in tip.calls.items()},
+        subscribed_at=tip.subscribed_at + shift if tip.subscribed_at is not None else None,
+    )

@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 
 
 EXPIRED_ITERATOR = "ExpiredIteratorException"
+# Iterators live 5 minutes. One handed to an executor (a probe's opener, a carried run's) must
+# outlive the batch's planning and its task's start: an older one is not handed out, and the
+# read's GetShardIterator is booked instead of being made, unbooked, after the expiry.
+HANDED_ITERATOR_TTL_S = 120.0
 
 _receipt = threading.local()
 

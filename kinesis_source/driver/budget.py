@@ -145,10 +145,11 @@ class CallBudget:
                 self.spend(key, op, now=at)
             return at, {op: [at] for op in ops}
 
-    def settle(self, key: Hashable, op: str, booked: list[float], actual: list[float]) -> None:
+    def settle(self, key: Hashable, op: str, booked: list[float], actual: list[float], made: int | None = None) -> None:
         """Replace an executor read's booked calls of ``op`` on ``key`` with the times it
         actually called (monotonic): a task that started late must not let the next booking
-        come closer than the budget allows, and pages after the first were never booked."""
+        come closer than the budget allows, and pages after the first were never booked.
+        ``made``: how many calls the read made in all, when ``actual`` holds the newest only."""
         with self.lock:
             window = self._window(key, op)
             for at in booked:
@@ -157,7 +158,7 @@ class CallBudget:
                     del window.times[i]
             for at in actual:
                 bisect.insort(window.times, at)
-            self.spent[op] += len(actual) - len(booked)
+            self.spent[op] += max(len(actual), made or 0) - len(booked)
 
     def forget(self, key: Hashable) -> None:
         """Drop a shard's windows (it left the query)."""

@@ -16,8 +16,10 @@ the range would: replays from Spark's offset log still read Kinesis and get the 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
+from kinesis_source.aws.kinesis import HANDED_ITERATOR_TTL_S
 from kinesis_source.positions import seq_key
 from kinesis_source.read_rate import page_bytes
 
@@ -35,12 +37,13 @@ def run_cap(shards: int) -> int:
 @dataclass
 class CarriedRun:
     """The records that follow record ``after`` in one shard, in order, and an iterator that
-    reads on right after the last of them (None: not known)."""
+    reads on right after the last of them (None: not known), received at ``iterator_at``."""
 
     after: str
     records: list[dict]
     next_iterator: str | None
     size: int = field(default=0)
+    iterator_at: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
         self.size = page_bytes(self.records)
@@ -55,23 +58,25 @@ class CarriedRun:
         record and the whole fits ``cap`` bytes; else None."""
         if after != self.last or self.size + page_bytes(records) > cap:
             return None
-        if not records:
-            return CarriedRun(self.after, self.records, next_iterator or self.next_iterator)
+        if not records and not next_iterator:
+            return CarriedRun(self.after, self.records, self.next_iterator, iterator_at=self.iterator_at)
         return CarriedRun(self.after, self.records + records, next_iterator)
 
     def take(self, end_seq: str) -> tuple[tuple[dict, ...], bool, str | None, CarriedRun | None]:
         """The run's records up to and including ``end_seq``; whether they reach it; the
-        iterator reading on after them when they stop short (None: not known); and the run
-        left after ``end_seq`` (None when nothing is)."""
+        iterator reading on after them when they stop short (None: not known, or too old to
+        hand to an executor); and the run left after ``end_seq`` (None when nothing is)."""
         end = seq_key(end_seq)
         cut = 0
         while cut < len(self.records) and seq_key(self.records[cut]["SequenceNumber"]) <= end:
             cut += 1
         taken = tuple(self.records[:cut])
         if cut and taken[-1]["SequenceNumber"] == end_seq:
-            return taken, True, None, CarriedRun(end_seq, self.records[cut:], self.next_iterator)
+            left = CarriedRun(end_seq, self.records[cut:], self.next_iterator, iterator_at=self.iterator_at)
+            return taken, True, None, left
         if cut < len(self.records):
             # no record of the run is the end, yet some lie past it: the end is not a record
             # of this shard as the run saw it, so nothing is carried
             return (), False, None, None
-        return taken, False, self.next_iterator, None
+        fresh = time.monotonic() - self.iterator_at <= HANDED_ITERATOR_TTL_S
+        return taken, False, self.next_iterator if fresh else None, None

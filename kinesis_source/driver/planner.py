@@ -215,7 +215,7 @@ class Planner:
         earliest = (min(spent) if spent else now - UNBOOKED_LOOKBACK_S) - MAX_CLOCK_SKEW_S
         for op, times in tip.calls.items():
             actual = [min(now, max(earliest, now - (wall - t))) for t in times]
-            self.budget.settle(tip.shard, op, booked.get(op, []) if booked else [], actual)
+            self.budget.settle(tip.shard, op, booked.get(op, []) if booked else [], actual, tip.made.get(op))
         return booked is not None
 
     def close(self) -> None:

@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 from botocore.exceptions import ClientError
 
 from kinesis_source.aws.clients import error_code
-from kinesis_source.aws.kinesis import INVALID_ARGUMENT, AsyncKinesis, Page, arrival_seconds
+from kinesis_source.aws.kinesis import HANDED_ITERATOR_TTL_S, INVALID_ARGUMENT, AsyncKinesis, Page, arrival_seconds
 from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR
 from kinesis_source.errors import (
     ShardNotFoundError,
@@ -68,8 +68,6 @@ MAX_EMPTY_HOPS = 4
 MAX_TIP_PAGES = 10
 # Iterators live 5 minutes; a cached one older than this is not reused.
 ITERATOR_TTL_S = 240.0
-# An iterator handed to an executor must outlive the batch's planning and task start.
-OPENER_TTL_S = 120.0
 _OPENERS_PER_SHARD = 4  # a batch starts at one of the last few probes' starts
 # Records a probe reads on from its last tip in one call: about ``TailProber.warm_bytes`` by the
 # shard's records seen so far (WARM_READ_LIMIT records while their size is not known). What it
@@ -276,7 +274,7 @@ class TailProber:
         with it."""
         kept = self._openers.get(key)
         found = kept.get(start.to_str()) if kept is not None else None
-        if found is None or time.monotonic() - found[2] > OPENER_TTL_S:
+        if found is None or time.monotonic() - found[2] > HANDED_ITERATOR_TTL_S:
             return None
         return found[0], found[1]
 

@@ -20,7 +20,7 @@ from kinesis_source.executor.interleave import interleave
 from kinesis_source.executor.partition import RangePartition, ShardRead
 from kinesis_source.executor.polling import RangeReader
 from kinesis_source.executor.report import send_reports
-from kinesis_source.tip_reports import within_carry_budget
+from kinesis_source.tip_reports import messages, within_carry_budget
 
 __all__ = ["RangePartition", "ShardRead", "read_partition"]
 
@@ -50,7 +50,8 @@ def read_partition(partition: RangePartition) -> Iterator[pa.RecordBatch]:
     tips += [watched for reader in readers
              if isinstance(reader, SubscribeRangeReader) and (watched := reader.watch_report()) is not None]
     if partition.report_to is not None and tips:
-        send_reports(partition.report_to, within_carry_budget(tips))
+        for message in messages(within_carry_budget(tips)):
+            send_reports(partition.report_to, message)
 
 
 def attempt_number() -> int:

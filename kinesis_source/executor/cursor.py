@@ -16,7 +16,13 @@ from kinesis_source.errors import (
 )
 from kinesis_source.positions import AFTER, AT, Position, ShardRange, seq_key
 from kinesis_source.read_rate import RateState
-from kinesis_source.tip_reports import CARRIED_BYTES_PER_SHARD, TipReport, carried_size
+from kinesis_source.tip_reports import (
+    CARRIED_BYTES_PER_SHARD,
+    MAX_ITERATOR_CHARS,
+    TipReport,
+    call_record,
+    carried_size,
+)
 
 
 def opening_position(start: Position) -> Position:
@@ -198,12 +204,15 @@ class RangeReaderBase:
         record = page.records[-1]
         past = tuple(cursor.past_records)
         carried = past if past and carried_size(past) <= CARRIED_BYTES_PER_SHARD else None
+        # bounded by construction: the listener refuses a whole message for one field too large
+        iterator = page.next_iterator if page.next_iterator and len(page.next_iterator) <= MAX_ITERATOR_CHARS else None
+        calls, made = call_record(self._reported_calls())
         return TipReport(
-            self._range.shard, record["SequenceNumber"], page.behind_ms, page.next_iterator, self._reported_calls(),
+            self._range.shard, record["SequenceNumber"], page.behind_ms, iterator, calls,
             self._range.end_seq, cursor.past, cursor.read_bytes, cursor.extra_bytes, self._rate_state(),
             self._throttled(), self._subscribed(),
             seq_at=arrival_seconds(record) if "ApproximateArrivalTimestamp" in record else None,
-            in_range=cursor.read, carried=carried,
+            in_range=cursor.read, carried=carried, made=made,
         )
 
     def _subscribed(self) -> float | None:

@@ -220,3 +220,23 @@ def test_fan_out_keeps_no_run():
         assert planner._tips.entries[A].run is None
     finally:
         planner.close()
+
+
+def test_a_runs_iterator_too_old_to_hand_to_an_executor_is_not_handed_out():
+    """Issue 46: a carried run's iterator older than an executor can still use (Kinesis ends
+    iterators after 5 minutes) made the read's GetShardIterator an unbooked call after the
+    expiry. Past ``HANDED_ITERATOR_TTL_S`` the run hands out its records only, and the read
+    books its iterator."""
+    import time
+
+    from kinesis_source.aws.kinesis import HANDED_ITERATOR_TTL_S
+
+    records = [{"SequenceNumber": str(n), "Data": b"x", "PartitionKey": "k"} for n in (2, 3)]
+    fresh = CarriedRun("1", records, "it-after-3")
+    assert fresh.take("5")[2] == "it-after-3"
+    old = CarriedRun("1", records, "it-after-3", iterator_at=time.monotonic() - HANDED_ITERATOR_TTL_S - 1)
+    taken, whole, iterator, _ = old.take("5")
+    assert [r["SequenceNumber"] for r in taken] == ["2", "3"] and not whole and iterator is None
+    # extending a run with no new iterator keeps the old one's age; a new iterator is fresh
+    assert old.extended("3", [], None, 1 << 20).take("5")[2] is None
+    assert old.extended("3", [], "it-new", 1 << 20).take("5")[2] == "it-new"

@@ -35,8 +35,14 @@ def test_a_report_round_trips_and_bad_ones_are_refused_naming_the_field():
     full = TipReport(A, "123", 0, None, {"GetRecords": [1.5]}, "120", 3, 900, 350, rate, 2, 1.7e9, WATCH_LIVE,
                      1.75e9, 7)
     for tip in (TipReport(A, "123", 40, "it-1"), full):
-        token, tips = decode(encode("t0k", [tip]))
+        token, tips = decode(encode("t0k", [tip], now=1.8e9), now=1.8e9)
         assert (token, tips) == ("t0k", [tip])
+    # An executor's clock 30 s behind the driver's: its times arrive on the driver's clock (a
+    # byte state taken as 30 s older would refill 60 MiB the shard never had).
+    (moved,) = decode(encode("t0k", [full], now=1.8e9 - 30.0), now=1.8e9)[1]
+    assert moved.rate is not None and moved.rate.at == rate.at + 30.0 and moved.rate.learned_at == 1.6e9 + 30.0
+    assert moved.calls == {"GetRecords": [31.5]} and moved.subscribed_at == 1.7e9 + 30.0
+    assert moved.seq_at == full.seq_at  # the server's clock, not the executor's
     for bad, word in (
         ({"shard": "s/a", "seq": "12x", "behindMs": 0}, "sequence number"),
         ({"shard": "s/a", "seq": "12", "behindMs": -1}, "behindMs"),
@@ -601,3 +607,41 @@ def test_reads_whose_reports_never_come_are_counted_and_the_driver_says_what_to_
                    for r in caplog.records)
     finally:
         planner.close()
+
+
+def test_a_long_catch_ups_reports_are_bounded_by_construction_and_all_applied():
+    """Issue 46: a task's report was refused whole when its call-time lists passed 10,000
+    entries or its line 4 MiB (a long catch-up with many shards a task). A read now reports its
+    newest call times and how many it made, and a task's reports go in bounded messages."""
+    from kinesis_source.tip_reports import MAX_MESSAGE_BYTES, REPORTED_CALLS, call_record, messages
+
+    now = time.time()
+    times = {"GetRecords": [now - 30_000 + i for i in range(30_000)], "GetShardIterator": [now - 5]}
+    calls, made = call_record(times)
+    assert calls["GetRecords"] == times["GetRecords"][-REPORTED_CALLS:] and made["GetRecords"] == 30_000
+    past = tuple({"SequenceNumber": str(10**20 + i), "Data": b"x" * 40_000, "PartitionKey": "k",
+                  "ApproximateArrivalTimestamp": now} for i in range(1))
+    tips = [TipReport(ShardId("s", f"shard-{i:04d}"), str(10**20), 0, "i" * 300, calls, "1", 1,
+                      carried=past, made=made) for i in range(400)]
+    lines = [encode("t0k", m) for m in messages(tips)]
+    assert len(lines) > 1 and all(len(line) <= MAX_MESSAGE_BYTES for line in lines)
+    got: list[TipReport] = []
+    listener, loop, address = _listening(got.extend)
+    try:
+        for message in messages(tips):
+            assert applied(address, message)
+        # (the call times arrive moved by the transit, a few milliseconds)
+        assert [(t.shard, t.made, len(t.calls["GetRecords"]), len(t.carried or ())) for t in got] == [
+            (t.shard, made, REPORTED_CALLS, 1) for t in tips]
+    finally:
+        loop.call_soon_threadsafe(listener.close)
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def test_the_driver_counts_every_call_a_report_made_and_windows_its_newest():
+    from kinesis_source.driver.budget import GET_RECORDS, CallBudget
+
+    budget = CallBudget({GET_RECORDS: 2.0})
+    budget.settle("a", GET_RECORDS, [], [100.0, 100.4], made=5_000)
+    assert budget.spent[GET_RECORDS] == 5_000
+    assert budget.room("a", GET_RECORDS, 100.5) == 0 and budget.room("a", GET_RECORDS, 101.5) == 2
