@@ -188,6 +188,10 @@ class RangeReaderBase:
     at the end and decides incompleteness; a mode (polling, fan-out) supplies only
     :meth:`_next_page`."""
 
+    # Whether the driver carries the records a read saw past its range's end to the next range
+    # (polling); a mode whose reports' records the driver would drop sends none.
+    CARRIES = True
+
     def __init__(self, rng: ShardRange, fail_on_data_loss: bool, mode: str = "") -> None:
         self._range = rng
         self._fail_on_data_loss = fail_on_data_loss
@@ -203,7 +207,7 @@ class RangeReaderBase:
         cursor = self._cursor
         record = page.records[-1]
         past = tuple(cursor.past_records)
-        carried = past if past and carried_size(past) <= CARRIED_BYTES_PER_SHARD else None
+        carried = past if past and self.CARRIES and carried_size(past) <= CARRIED_BYTES_PER_SHARD else None
         # bounded by construction: the listener refuses a whole message for one field too large
         iterator = page.next_iterator if page.next_iterator and len(page.next_iterator) <= MAX_ITERATOR_CHARS else None
         calls, made = call_record(self._reported_calls())

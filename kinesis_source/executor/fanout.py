@@ -118,6 +118,8 @@ class SubscribeRangeReader(RangeReaderBase):
     (``executor/watch.py``), reporting there.
     """
 
+    CARRIES = False  # the driver carries no ranges in fan-out: each range is a subscription
+
     def __init__(
         self,
         client: Any,

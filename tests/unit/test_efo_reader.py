@@ -151,3 +151,21 @@ def test_a_refused_start_falls_back_for_good_even_if_the_next_subscription_is_em
     got = [r["SequenceNumber"] for page in reader.pages() for r in page]
     assert got == [s for s, _ in recs]
     assert [s["Type"] for s in subs.starts] == ["AT_SEQUENCE_NUMBER", "TRIM_HORIZON", "TRIM_HORIZON"]
+
+
+def test_a_fan_out_read_reports_what_it_saw_past_its_end_without_the_records():
+    """Issue 46: the driver carries no ranges in fan-out, so records a report carried past the
+    range's end were dropped on arrival: they are no longer sent (the polling reader's are)."""
+    from kinesis_source.executor.polling import RangeReader
+
+    recs = log_of(12)
+    fake = FakeKinesis({"a": FakeShard(recs)})
+    rng = ShardRange("s", "a", Position.after(recs[1][0]), recs[4][0])
+    reader = _reader(FakeSubscriptions(fake, per_event=6), "arn:consumer", rng, retry_wait_s=0, max_wait_s=0)
+    assert [r["SequenceNumber"] for page in reader.pages() for r in page] == [s for s, _ in recs[2:5]]
+    tip = reader.tip_report()
+    assert tip is not None and tip.past > 0 and tip.carried is None
+    polled = RangeReader(fake, rng, 6)
+    list(polled.pages())
+    tip = polled.tip_report()
+    assert tip is not None and tip.past > 0 and tip.carried is not None and len(tip.carried) == tip.past
