@@ -369,6 +369,17 @@ class QuotaProxy(FaultProxy):
                 for p in points
             )
 
+    def unattributed(self) -> list[Seen]:
+        """The ``GetRecords`` and ``GetShardIterator`` calls counted against no shard (an
+        iterator this server never handed out, a request naming no stream)."""
+        return [s for s in self.calls() if s.operation in ("GetRecords", "GetShardIterator") and s.shard is None]
+
+    def __exit__(self, *exc) -> None:
+        super().__exit__(*exc)
+        if exc[0] is None:  # every quota test checks it: each call was counted per shard
+            stray = self.unattributed()
+            assert not stray, f"{len(stray)} calls counted against no shard, e.g. {stray[:3]}"
+
     def peak_rate(
         self,
         op: str,
