@@ -27,8 +27,9 @@ def default_host() -> str:
     """The address executors most likely reach the driver at, found as Spark finds the
     driver's own (``Utils.findLocalInetAddress``): ``SPARK_LOCAL_IP`` if set; else the host
     name's address unless it is loopback (Debian's and many containers' ``/etc/hosts`` map the
-    host name to 127.0.1.1); else the first non-loopback IPv4 address of an interface that is
-    up; else loopback, which executors on other hosts cannot reach (:func:`is_loopback`)."""
+    host name to 127.0.1.1); else the first IPv4 address, neither loopback nor link-local, of an
+    interface that is up, by interface index; else loopback, which executors on other hosts
+    cannot reach (:func:`is_loopback`)."""
     chosen = os.environ.get("SPARK_LOCAL_IP", "").strip()
     if chosen:
         return chosen
@@ -39,7 +40,7 @@ def default_host() -> str:
     if not is_loopback(named):
         return named
     for address in interface_addresses():
-        if not is_loopback(address):
+        if not is_loopback(address) and not ipaddress.ip_address(address).is_link_local:
             return address
     return named
 

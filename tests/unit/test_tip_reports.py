@@ -571,7 +571,8 @@ def test_the_default_report_host_is_an_address_other_hosts_reach_as_spark_finds_
     assert reports.default_host() == "10.9.8.7"
     monkeypatch.delenv("SPARK_LOCAL_IP")
     monkeypatch.setattr(reports.socket, "gethostname", lambda: "localhost")  # resolves to loopback
-    monkeypatch.setattr(reports, "interface_addresses", lambda: ["127.0.0.1", "192.0.2.9", "198.51.100.3"])
+    monkeypatch.setattr(reports, "interface_addresses",
+                        lambda: ["127.0.0.1", "169.254.3.4", "192.0.2.9", "198.51.100.3"])
     assert reports.default_host() == "192.0.2.9"
     monkeypatch.setattr(reports, "interface_addresses", lambda: ["127.0.0.1"])
     assert reports.is_loopback(reports.default_host())
