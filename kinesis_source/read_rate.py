@@ -308,12 +308,16 @@ def retried_state(handed: RateState | None, range_bytes: float, now: float) -> R
     - empty now: an attempt's own pages keep its model's level at or above zero, but for the
       first page from a full bucket whose records' size was not known.
 
+    Never lower than one response's overdraw (``-SHARD_BURST_BYTES``), which the bucket never
+    owes more than.
+
     What others read and the records' size are kept; the cap's bucket (if any) starts empty."""
     level = 0.0
     if handed is not None:
         less = RateState(handed.level - range_bytes, handed.at, handed.others, handed.learned_at,
                          handed.record_bytes, None, handed.taught)
-        level = min(level, ShardBytes(None, less, now).state(now).level)
+        # (no lower than one response's overdraw: the bucket never owes more than that)
+        level = max(-SHARD_BURST_BYTES, min(level, ShardBytes(None, less, now).state(now).level))
     if handed is None:
         return RateState(level, now, cap_level=0.0)
     return RateState(level, now, handed.others, handed.learned_at, handed.record_bytes, 0.0, handed.taught)

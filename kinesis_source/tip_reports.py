@@ -288,13 +288,12 @@ def decode(line: bytes, now: float | None = None) -> tuple[str, list[TipReport]]
 
 
 def _shifted(tip: TipReport, shift: float) -> TipReport:
-    """``tip`` with its sender-clock times (calls, subscription, byte state) moved by ``shift``
-    seconds; the arrival of its record is the server's clock and stays."""
+    """``tip`` with its sender-clock times (calls, byte state) moved by ``shift`` seconds. The
+    arrival of its record is the server's clock and stays; so does its subscription's time,
+    which names the subscription (a watch's reports are told apart by it, and each message's
+    shift differs by its transit)."""
     rate = tip.rate
     if rate is not None:
         rate = replace(rate, at=rate.at + shift,
                        learned_at=rate.learned_at + shift if rate.learned_at is not None else None)
-    return replace(
-        tip, rate=rate, calls={op: [t + shift for t in times] for op, times in tip.calls.items()},
-        subscribed_at=tip.subscribed_at + shift if tip.subscribed_at is not None else None,
-    )
+    return replace(tip, rate=rate, calls={op: [t + shift for t in times] for op, times in tip.calls.items()})

@@ -53,14 +53,17 @@ class CarriedRun:
         """The run's last record (``after`` when it holds none)."""
         return self.records[-1]["SequenceNumber"] if self.records else self.after
 
-    def extended(self, after: str, records: list[dict], next_iterator: str | None, cap: int) -> CarriedRun | None:
+    def extended(self, after: str, records: list[dict], next_iterator: str | None, cap: int,
+                 made: float | None = None) -> CarriedRun | None:
         """This run with ``records`` (which follow ``after``) added, when ``after`` is its last
-        record and the whole fits ``cap`` bytes; else None."""
+        record and the whole fits ``cap`` bytes; else None. ``next_iterator`` was made at
+        ``made`` (monotonic; None: now)."""
         if after != self.last or self.size + page_bytes(records) > cap:
             return None
         if not records and not next_iterator:
             return CarriedRun(self.after, self.records, self.next_iterator, iterator_at=self.iterator_at)
-        return CarriedRun(self.after, self.records + records, next_iterator)
+        return CarriedRun(self.after, self.records + records, next_iterator,
+                          iterator_at=time.monotonic() if made is None else made)
 
     def take(self, end_seq: str) -> tuple[tuple[dict, ...], bool, str | None, CarriedRun | None]:
         """The run's records up to and including ``end_seq``; whether they reach it; the

@@ -101,7 +101,8 @@ class Planner:
         self._identity: dict[str, str] | None = None
         self._target: Target | None = None
         self._listener: TipListener | None = None
-        self._bookings: dict[ShardId, dict[str, list[float]]] = {}  # executor reads not yet reported
+        # executor reads not yet reported: the range's end and its booked calls, by shard
+        self._bookings: dict[ShardId, tuple[str, dict[str, list[float]]]] = {}
         self._subscribed: dict[ShardId, float] = {}  # fan-out: each shard's last subscription (wall clock)
         self._turn = 0  # rotates which shard a limited batch serves first
         self._booked = 0
@@ -207,7 +208,11 @@ class Planner:
         booking (times from the executor's clock, kept within what could be true here); a read
         nobody booked (Spark ran a planned read again) adds its calls. Returns whether the read
         was booked."""
-        booked = self._bookings.pop(tip.shard, None)
+        # (a late report of an earlier range does not take the booking of the shard's next one)
+        found = self._bookings.get(tip.shard)
+        booked = None
+        if found is not None and found[0] == tip.end:
+            booked = self._bookings.pop(tip.shard)[1]
         if not tip.calls:
             return booked is not None
         now, wall = time.monotonic(), time.time()
@@ -469,9 +474,10 @@ class Planner:
             if carried is not None:
                 prefix = carried[0]
                 opener = (carried[2], None) if carried[2] is not None else None
-            if rng.shard in self._bookings:
+            if rng.shard in self._bookings and address is not None:
                 self._report_missing(rng.shard)
-            at, self._bookings[rng.shard] = self.budget.book_read(rng.shard, opener is None, now)
+            at, calls = self.budget.book_read(rng.shard, opener is None, now)
+            self._bookings[rng.shard] = (rng.end_seq, calls)
             self._booked += 1
             # The driver's probes of the shard stop while it is read (the report resumes them):
             # after its first call the read has the whole budget, once the probes before it

@@ -122,26 +122,29 @@ class TailProber:
         self._record_bytes: dict[ShardId, float] = {}  # a shard's records' size, as last read
         self.warm_bytes = WARM_READ_BYTES  # about what a probe reads on from its last tip
 
-    def _take(self, stream: str, shard: str, start: Position) -> str | None:
+    def _take(self, stream: str, shard: str, start: Position) -> tuple[str, float] | None:
+        """The iterator kept at ``start`` and when it was made (monotonic), if still usable."""
         cached = self._continuations.pop(ShardId(stream, shard), None)
         if cached is None:
             return None
         pos, iterator, made = cached
         if pos != start.to_str() or time.monotonic() - made > ITERATOR_TTL_S:
             return None
-        return iterator
+        return iterator, made
 
-    def keep(self, stream: str, shard: str, pos: Position, iterator: str | None) -> None:
-        """Remember an iterator at ``pos``: the next probe from there costs one call."""
+    def keep(self, stream: str, shard: str, pos: Position, iterator: str | None, made: float | None = None) -> None:
+        """Remember an iterator at ``pos``, made at ``made`` (monotonic; None: now): the next
+        probe from there costs one call."""
         if iterator is not None:
-            self._continuations[ShardId(stream, shard)] = (pos.to_str(), iterator, time.monotonic())
+            at = time.monotonic() if made is None else made
+            self._continuations[ShardId(stream, shard)] = (pos.to_str(), iterator, at)
 
     async def first_page(self, stream: str, shard: str, start: Position, limit: int) -> Page:
         """The first page after ``start``: from the iterator a previous probe left there, else
         from a new iterator, checking that ``start``'s record is still there."""
         cached = self._take(stream, shard, start)
         if cached is not None:
-            return await self._kinesis.page_at(stream, shard, start, limit, cached)
+            return await self._kinesis.page_at(stream, shard, start, limit, cached[0])
         return await self._open(stream, shard, start, limit)
 
     async def probe(
@@ -168,9 +171,9 @@ class TailProber:
         key = ShardId(stream, shard)
         limit = self._warm_limit(key) if cached is not None else 1
         if cached is not None:
-            page = await k.page_at(stream, shard, start, limit, cached)
-            if page.records:
-                self._hand_over(key, start, cached, page.records[0]["SequenceNumber"])
+            page = await k.page_at(stream, shard, start, limit, cached[0])
+            if page.records:  # (handed on as old as it is: an executor must not get it expired)
+                self._hand_over(key, start, cached[0], page.records[0]["SequenceNumber"], cached[1])
         else:
             page = await self._open(stream, shard, start, limit)
         hops = 0
@@ -256,17 +259,19 @@ class TailProber:
             else:
                 window *= WINDOW_GROWTH
 
-    def _hand_over(self, key: ShardId, start: Position, iterator: str, first: str | None) -> None:
+    def _hand_over(self, key: ShardId, start: Position, iterator: str, first: str | None,
+                   made: float | None = None) -> None:
         kept = self._openers.setdefault(key, OrderedDict())
-        kept[start.to_str()] = (iterator, first, time.monotonic())
+        kept[start.to_str()] = (iterator, first, time.monotonic() if made is None else made)
         while len(kept) > _OPENERS_PER_SHARD:
             kept.popitem(last=False)
 
-    def keep_opener(self, key: ShardId, start: Position, iterator: str) -> None:
+    def keep_opener(self, key: ShardId, start: Position, iterator: str, made: float | None = None) -> None:
         """An iterator known to read on right after ``start`` (a page's ``NextShardIterator``
-        after that record, which an executor reported): the range that starts there can read
-        with it. Its first record is not known: an executor checks it lies after ``start``."""
-        self._hand_over(key, start, iterator, None)
+        after that record, which an executor reported), made at ``made`` (monotonic; None:
+        now): the range that starts there can read with it. Its first record is not known: an
+        executor checks it lies after ``start``."""
+        self._hand_over(key, start, iterator, None, made)
 
     def opener(self, key: ShardId, start: Position) -> tuple[str, str | None] | None:
         """An iterator a probe read from (or an executor reported) at ``start``, and the first

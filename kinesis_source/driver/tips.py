@@ -278,6 +278,7 @@ class TipTable:
             return False  # a read of an older range (a replayed batch), or nothing new
         before = entry.state()
         now = entry.probed_at = time.monotonic()
+        made = _iterator_made(tip, now)
         if tip.watch is None:
             entry.reading_until = 0.0
             self._unreported.discard(key)
@@ -290,7 +291,7 @@ class TipTable:
                     self._counted(entry, before_start, tip.end, tip.in_range)  # the range itself
                 self._counted(entry, tip.end, tip.seq, tip.past)
                 if tip.carried is not None and len(tip.carried) == tip.past and _is_run(tip.carried, tip.end, tip.seq):
-                    self._carry(entry, tip.end, list(tip.carried), tip.iterator)
+                    self._carry(entry, tip.end, list(tip.carried), tip.iterator, made)
             if entry.reported_at is not None and now > entry.reported_at:
                 rate = max(0, tip.read_bytes - tip.extra_bytes) / (now - entry.reported_at)
                 entry.byte_rate = (entry.byte_rate + rate) / 2
@@ -303,9 +304,9 @@ class TipTable:
         if tip.iterator is not None:
             # The range that will start after this record reads on with it; and, when the record
             # is the newest known, so does the next probe.
-            self._prober.keep_opener(key, Position.after(tip.seq), tip.iterator)
+            self._prober.keep_opener(key, Position.after(tip.seq), tip.iterator, made)
             if entry.tip == tip.seq:
-                self._prober.keep(key.stream, key.shard, Position.after(tip.seq), tip.iterator)
+                self._prober.keep(key.stream, key.shard, Position.after(tip.seq), tip.iterator, made)
         if tip.behind_ms > 0:
             entry.due = now  # more was there than the read took: look from its iterator now
         elif newer:
@@ -406,19 +407,22 @@ class TipTable:
                 sample - entry.record_rate)
         _trim(entry.ordinals)
 
-    def _carry(self, entry: ShardTip, after: str, records: list[dict], next_iterator: str | None) -> None:
+    def _carry(self, entry: ShardTip, after: str, records: list[dict], next_iterator: str | None,
+               made: float | None = None) -> None:
         """Records read right after record ``after``: they extend the shard's run when it ends
-        there, else start a new one (within the run's byte cap)."""
+        there, else start a new one (within the run's byte cap); ``next_iterator`` was made at
+        ``made`` (monotonic; None: now)."""
         if not self._carry_runs:
             return
         if entry.run is not None:
-            extended = entry.run.extended(after, records, next_iterator, self._run_cap)
+            extended = entry.run.extended(after, records, next_iterator, self._run_cap, made)
             if extended is not None:
                 entry.run = extended
                 return
         entry.run = None
         if records and page_bytes(records) <= self._run_cap:
-            entry.run = CarriedRun(after, records, next_iterator)
+            entry.run = CarriedRun(after, records, next_iterator,
+                                   iterator_at=time.monotonic() if made is None else made)
 
     def carry(self, key: ShardId, start: Position, end_seq: str) -> tuple[tuple[dict, ...], bool, str | None] | None:
         """What the shard's run holds of the range from ``start`` to ``end_seq``, taken out of
@@ -685,3 +689,12 @@ def _after(seq: str, seed: Position) -> bool:
     if seed.kind not in (AFTER, AT) or seed.seq is None:
         return True
     return seq_key(seq) > seq_key(seed.seq) or (seed.kind == AT and seq == seed.seq)
+
+
+def _iterator_made(tip: TipReport, now: float) -> float:
+    """When the reported iterator was made (monotonic): at the read's last ``GetRecords``, which
+    may be long before the report (a task reports once all its shards are read)."""
+    calls = tip.calls.get("GetRecords")
+    if not calls:
+        return now
+    return min(now, now - (time.time() - calls[-1]))

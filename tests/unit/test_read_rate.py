@@ -287,6 +287,8 @@ def test_a_retried_read_starts_no_fuller_than_its_first_attempt_can_have_left_th
     # a small range, or one whose size is not known: empty now
     assert retried_state(handed, 1_000, 1001.0).level == 0.0
     assert retried_state(None, 0, 1001.0).level == 0.0
+    # a range far larger than the bucket: the bucket never owes more than one response
+    assert retried_state(handed, 60_000 * 1024, 1001.0).level == -SHARD_BURST_BYTES
     model = ShardBytes(None, state, 1001.0, own_debt=True)
     model.refused(1001.5)
     model.refused(1002.0)  # the second refusal is others' (an equal share, as for any first one)

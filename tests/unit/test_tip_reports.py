@@ -41,8 +41,9 @@ def test_a_report_round_trips_and_bad_ones_are_refused_naming_the_field():
     # byte state taken as 30 s older would refill 60 MiB the shard never had).
     (moved,) = decode(encode("t0k", [full], now=1.8e9 - 30.0), now=1.8e9)[1]
     assert moved.rate is not None and moved.rate.at == rate.at + 30.0 and moved.rate.learned_at == 1.6e9 + 30.0
-    assert moved.calls == {"GetRecords": [31.5]} and moved.subscribed_at == 1.7e9 + 30.0
-    assert moved.seq_at == full.seq_at  # the server's clock, not the executor's
+    assert moved.calls == {"GetRecords": [31.5]}
+    # the server's clock, and the subscription's name (its watch's reports are told apart by it)
+    assert moved.seq_at == full.seq_at and moved.subscribed_at == full.subscribed_at
     for bad, word in (
         ({"shard": "s/a", "seq": "12x", "behindMs": 0}, "sequence number"),
         ({"shard": "s/a", "seq": "12", "behindMs": -1}, "behindMs"),
@@ -255,7 +256,7 @@ def test_the_reported_call_times_replace_the_reads_booking_in_the_ledger():
         assert tip is not None
         assert sum(len(times) for times in tip.calls.values()) == reader.calls  # every call reported
         time.sleep(0.5)  # the task started half a second after its booking: it calls now
-        tip = TipReport(tip.shard, tip.seq, tip.behind_ms, tip.iterator, {"GetRecords": [time.time()]})
+        tip = TipReport(tip.shard, tip.seq, tip.behind_ms, tip.iterator, {"GetRecords": [time.time()]}, tip.end)
         assert applied(address, [tip])
         # one call a second: the next fits a second after the actual call, not after the booking
         assert planner.budget.free_at(A, GET_RECORDS) >= time.monotonic() + 0.9
@@ -283,13 +284,14 @@ def test_a_read_spark_runs_again_adds_its_calls_and_bytes_and_teaches_no_neighbo
         _, address = planner.hand_over([rng])
         assert address is not None
         now = time.time()
-        first = TipReport(A, recs[-1][0], 0, None, {"GetRecords": [now]}, read_bytes=3 * MIB,
-                          rate=RateState(5 * MIB, now))
+        first = TipReport(A, recs[-1][0], 0, None, {"GetRecords": [now]}, rng.end_seq, read_bytes=3 * MIB,
+                          rate=RateState(5 * MIB, now, record_bytes=123.0))
         assert applied(address, [first])
+        assert planner.byte_budget.model(A).record_bytes == 123.0, "the booked read's state is adopted"
         wait_for(lambda: planner.budget.room(A, GET_RECORDS) == 2, timeout=5, what="the window to empty")
         level = planner.byte_budget.model(A).state(time.time()).level
         now = time.time()
-        again = TipReport(A, recs[-1][0], 0, None, {"GetRecords": [now, now]}, read_bytes=3 * MIB,
+        again = TipReport(A, recs[-1][0], 0, None, {"GetRecords": [now, now]}, rng.end_seq, read_bytes=3 * MIB,
                           rate=RateState(4 * MIB, now, others=MIB, learned_at=now, taught=MIB), throttled=1)
         assert applied(address, [again])
         state = planner.byte_budget.model(A).state(time.time())
@@ -646,3 +648,73 @@ def test_the_driver_counts_every_call_a_report_made_and_windows_its_newest():
     budget.settle("a", GET_RECORDS, [], [100.0, 100.4], made=5_000)
     assert budget.spent[GET_RECORDS] == 5_000
     assert budget.room("a", GET_RECORDS, 100.5) == 0 and budget.room("a", GET_RECORDS, 101.5) == 2
+
+
+def test_a_reported_iterator_is_handed_on_only_while_young_enough_counted_from_its_read():
+    """Audit of issue 46: an iterator in a report was timed from the report's arrival, though a
+    task reports once all its shards are read (minutes after a shard's last call): the next
+    range's executor then got an expired iterator and made an unbooked GetShardIterator."""
+    from kinesis_source.aws.kinesis import HANDED_ITERATOR_TTL_S
+
+    recs = log_of(30)
+    fake = TimedFake({"a": FakeShard(recs)})
+    planner = reporting_planner(fake, minProbeIntervalMs="3600000", maxIdleProbeIntervalMs="3600000")
+    try:
+        start = trim_horizon(A)
+        end = planner.latest_offset(start)
+        (rng,) = plan_ranges(start, end)
+        _, address = planner.hand_over([rng])
+        assert address is not None
+        old = time.time() - HANDED_ITERATOR_TTL_S - 10
+        fake.shards["a"].records = recs  # (unchanged) the report names the last record
+        assert applied(address, [TipReport(A, recs[-1][0], 0, "a|30|0", {"GetRecords": [old]})])
+        assert planner._prober_ready().opener(A, Position.after(recs[-1][0])) is None
+        fresh = time.time()
+        assert applied(address, [TipReport(A, recs[-1][0], 0, "a|30|0", {"GetRecords": [fresh]})])
+        assert planner._prober_ready().opener(A, Position.after(recs[-1][0])) == ("a|30|0", None)
+    finally:
+        planner.close()
+
+
+def test_no_report_is_missing_when_none_was_asked_for():
+    recs = log_of(20_000)
+    fake = TimedFake({"a": FakeShard(recs)})
+    planner = planner_on(fake, tipReports="false")
+    try:
+        start = trim_horizon(A)
+        for n in range(3):
+            fake.shards["a"].records = recs[: 5000 * (n + 1)]
+            end = wait_for(lambda s=start: (e := planner.latest_offset(s)) != s and e, timeout=10, what=f"batch {n}")
+            planner.hand_over(plan_ranges(start, end))
+            start = end
+        assert planner.stats()["tipReportsMissing"] == 0
+    finally:
+        planner.close()
+
+
+def test_a_late_report_does_not_take_the_booking_of_the_shards_next_range():
+    """Audit of issue 46: bookings were kept by shard only, so batch N's late report took batch
+    N+1's booking (freeing its first call's place in the window) and N+1's own report then
+    counted as a re-run. A report settles the booking of its own range only."""
+    from kinesis_source.driver.budget import GET_RECORDS
+
+    recs = log_of(20_000)
+    fake = TimedFake({"a": FakeShard(recs[:5000])})
+    planner = reporting_planner(fake, getRecordsPerShardPerSecond="1", minProbeIntervalMs="3600000",
+                                maxIdleProbeIntervalMs="3600000")
+    try:
+        start = trim_horizon(A)
+        end = planner.latest_offset(start)
+        (first,) = plan_ranges(start, end)
+        planner.hand_over([first])
+        fake.shards["a"].records = recs[:10000]
+        later = wait_for(lambda: (e := planner.latest_offset(end)) != end and e, timeout=10, what="batch 2")
+        (second,) = plan_ranges(end, later)
+        _, address = planner.hand_over([second])
+        assert address is not None
+        late = TipReport(A, first.end_seq, 0, None, {"GetRecords": [time.time() - 3]}, first.end_seq)
+        assert applied(address, [late])
+        assert planner._bookings[A][0] == second.end_seq, "the next range's booking stays"
+        assert planner.budget.room(A, GET_RECORDS) == 0  # its booked first call still holds the window
+    finally:
+        planner.close()

@@ -118,7 +118,7 @@ def test_a_watch_reports_new_records_heartbeats_and_its_end(driver, monkeypatch)
     wait_for(lambda: any(t.seq == recs[4][0] for t in reports(driver, WATCH_LIVE)), timeout=5,
              what="the watch's report of the new records")
     first = next(t for t in driver.tips if t.seq == recs[4][0])
-    assert first.subscribed_at == pytest.approx(1.7e9, abs=1.0) and first.iterator is None  # (moved by the transit)
+    assert first.subscribed_at == 1.7e9 and first.iterator is None
     assert first.extra_bytes == first.read_bytes == 3 * len(DATA)
     # Events without records: the watch says it lives on, every heartbeat interval.
     for _ in range(3):
