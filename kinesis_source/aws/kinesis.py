@@ -40,6 +40,10 @@ EXPIRED_ITERATOR = "ExpiredIteratorException"
 # outlive the batch's planning and its task's start: an older one is not handed out, and the
 # read's GetShardIterator is booked instead of being made, unbooked, after the expiry.
 HANDED_ITERATOR_TTL_S = 120.0
+# Kinesis counts a call when it arrives, the driver's windows when it is sent: two calls sent a
+# whole window apart can arrive less than that apart (a slow first send; a probe and an executor
+# read booked beside it, in two processes). The windows keep this much more between calls.
+ARRIVAL_MARGIN_S = 0.05
 
 _receipt = threading.local()
 

@@ -7,8 +7,9 @@ it as they are made (:class:`PacedKinesis`), and each executor read is charged w
 planned (the executor paces its further pages itself, see ``executor/polling.py``).
 
 A budget of ``r`` calls a second is kept as "at most ``n`` calls in any ``n / r`` seconds"
-(``n`` = ``ceil(r)``), so every longer window also holds at most ``r`` calls a second, which is
-how Kinesis and the acceptance figures count.
+(``n`` = ``ceil(r)``, plus ``ARRIVAL_MARGIN_S`` for the way to the server), so every longer
+window also holds at most ``r`` calls a second, which is how Kinesis and the acceptance figures
+count.
 
 Bytes have their budget too (:class:`ByteBudget`, one ``read_rate.ShardBytes`` model per shard):
 the driver's probes spend from it and fit their ``Limit`` to it, each executor read starts
@@ -29,7 +30,7 @@ from collections.abc import Hashable, Mapping
 from botocore.exceptions import ClientError
 from tenacity import AsyncRetrying
 
-from kinesis_source.aws.kinesis import AsyncKinesis, Page, is_throttled, throttle_retry
+from kinesis_source.aws.kinesis import ARRIVAL_MARGIN_S, AsyncKinesis, Page, is_throttled, throttle_retry
 from kinesis_source.positions import Position
 from kinesis_source.read_rate import RateState, ShardBytes, page_bytes
 
@@ -49,7 +50,7 @@ class _Window:
 
     def __init__(self, rate: float) -> None:
         self.n = max(1, math.ceil(rate))
-        self.span = self.n / rate
+        self.span = self.n / rate + ARRIVAL_MARGIN_S
         self.times: list[float] = []  # sorted; an executor read may be booked ahead of now
 
     def _trim(self, now: float) -> None:

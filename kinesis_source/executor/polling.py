@@ -315,6 +315,10 @@ class RangeReader(RangeReaderBase):
                     if readable is not None:
                         raise readable from None
                     raise
+                finally:
+                    # spaced from the answer, which came after the call arrived: the server never
+                    # sees this reader's calls closer than its spacing, however long the way
+                    self._last_call = time.monotonic()
         page = Page.from_api(resp)
         self.bytes.spend(page_bytes(page.records), len(page.records), received_at(time.time()))
         self._seen(page.records)

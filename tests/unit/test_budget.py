@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from kinesis_source.aws.kinesis import ARRIVAL_MARGIN_S as M
 from kinesis_source.aws.kinesis import AsyncKinesis
 from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, ByteBudget, CallBudget, PacedKinesis
 from kinesis_source.driver.probe import TailProber
@@ -33,9 +34,9 @@ def test_a_rate_holds_in_every_window_longer_than_a_second():
 def test_a_fractional_rate_spreads_single_calls():
     budget = CallBudget({GET_SHARD_ITERATOR: 0.5})
     budget.spend("a", GET_SHARD_ITERATOR, 1, 100.0)
-    assert budget.free_at("a", GET_SHARD_ITERATOR, 0, 100.5) == 102.0
-    assert budget.room("a", GET_SHARD_ITERATOR, 101.9) == 0
-    assert budget.room("a", GET_SHARD_ITERATOR, 102.0) == 1
+    assert budget.free_at("a", GET_SHARD_ITERATOR, 0, 100.5) == 102.0 + M
+    assert budget.room("a", GET_SHARD_ITERATOR, 102.0) == 0  # the margin for the way to the server
+    assert budget.room("a", GET_SHARD_ITERATOR, 102.0 + M) == 1
 
 
 def test_shards_have_their_own_windows_and_the_driver_leaves_the_reserve():
@@ -44,7 +45,7 @@ def test_shards_have_their_own_windows_and_the_driver_leaves_the_reserve():
     assert budget.room("b", GET_RECORDS, 0.0) == 2
     # with one call in the window, a driver call (keeping 1 for an executor read) waits for it
     assert budget.reserve(GET_RECORDS) == 1
-    assert budget.free_at("a", GET_RECORDS, keep=1, now=0.5) == 1.0
+    assert budget.free_at("a", GET_RECORDS, keep=1, now=0.5) == 1.0 + M
     assert budget.free_at("a", GET_RECORDS, keep=0, now=0.5) == 0.5
 
 
@@ -80,12 +81,12 @@ def test_a_read_that_started_late_moves_its_booking_to_when_it_called():
     budget = CallBudget({GET_RECORDS: 1.0, GET_SHARD_ITERATOR: 1.0})
     at, booked = budget.book_read("s", False, now=100.0)
     assert at == 100.0 and booked == {GET_RECORDS: [100.0]}
-    assert budget.free_at("s", GET_RECORDS, now=100.0) == 101.0
+    assert budget.free_at("s", GET_RECORDS, now=100.0) == 101.0 + M
     budget.settle("s", GET_RECORDS, booked[GET_RECORDS], [100.4])
-    assert budget.free_at("s", GET_RECORDS, now=100.0) == 101.4
+    assert budget.free_at("s", GET_RECORDS, now=100.0) == 101.4 + M
     # a read that also paged on: both calls count, the second never booked
     budget.settle("s", GET_RECORDS, [], [101.5])
-    assert budget.free_at("s", GET_RECORDS, now=101.5) == 102.5
+    assert budget.free_at("s", GET_RECORDS, now=101.5) == 102.5 + M
 
 
 def test_a_throttled_probe_is_tried_again_after_the_byte_models_wait():
