@@ -4,12 +4,17 @@ The package binds 0.0.0.0 with no option to change it, so a private copy of ``ma
 host literal replaced by 127.0.0.1 is what runs. Every ``*_DURATION`` is 0 ms: streams and
 reshards are ready at once, and a DeleteStream of a missing stream cannot delete a new stream of
 the same name half a second later.
+
+``KinesisLocal(clock=True)`` runs a server whose clock :meth:`KinesisLocal.run_ahead` moves
+forward (``kinesis_local_clock.js``): what takes minutes of the server's time (an iterator's
+5-minute expiry) then takes none of the test's.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -19,6 +24,7 @@ from pathlib import Path
 from kinesis_source.tools.local import free_port
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kinesis_local" / "node_modules" / "kinesis-local"
+CLOCK = Path(__file__).resolve().parent / "kinesis_local_clock.js"
 _BIND_ANY = 'em("0.0.0.0")'
 _BIND_LOOPBACK = 'em("127.0.0.1")'
 _DURATIONS = [
@@ -38,7 +44,8 @@ _DURATIONS = [
 class KinesisLocal:
     """``with KinesisLocal() as kl: kl.url``."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: bool = False) -> None:
+        self.clock = clock
         self.port: int | None = None
         self._dir: str | None = None
         self._proc: subprocess.Popen | None = None
@@ -69,10 +76,12 @@ class KinesisLocal:
             SHARD_LIMIT="2000",
             LOG_LEVEL="WARN",
         )
+        cmd = ["node", "main.js"]
+        if self.clock:
+            env["KDDB_CLOCK_FILE"] = str(Path(self._dir, "clock"))
+            cmd[1:1] = ["--require", str(CLOCK)]
         self._log = open(Path(self._dir, "server.log"), "wb")
-        self._proc = subprocess.Popen(
-            ["node", "main.js"], cwd=self._dir, env=env, stdout=self._log, stderr=subprocess.STDOUT
-        )
+        self._proc = subprocess.Popen(cmd, cwd=self._dir, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -84,6 +93,13 @@ class KinesisLocal:
                 time.sleep(0.1)
         self.stop()
         raise RuntimeError("kinesis-local did not start listening in 60 s")
+
+    def run_ahead(self, seconds: float) -> None:
+        """From now on the server's clock runs ``seconds`` ahead of real time (not added to an
+        earlier call's). Only with ``clock=True``."""
+        assert self.clock and self._proc is not None and self._dir is not None
+        Path(self._dir, "clock").write_text(str(seconds))
+        self._proc.send_signal(signal.SIGUSR2)
 
     def stop(self) -> None:
         """Stop the server and remove its private copy."""
