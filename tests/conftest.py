@@ -1,17 +1,19 @@
-"""Shared fixtures: one moto server and one local[2] SparkSession for the whole run."""
+"""Shared fixtures: one moto server, one kinesis-local and one local[2] SparkSession per test
+process (``./dev test`` runs several with pytest-xdist), and the order the tests run in."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
 import uuid
+from pathlib import Path
 
 import boto3
 import pytest
 
 from kinesis_source.tools.local import LOCAL_CREDENTIALS, LocalEndpoint
-from tests.support import expiry
 from tests.support.kinesis_local import KinesisLocal
 from tests.support.quota import FAST_PLANNING
 from tests.support.waiting import wait_for
@@ -27,7 +29,10 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p
 )
-os.environ.setdefault("KDDB_TEST_CALLBACK_DIR", tempfile.mkdtemp(prefix="kddb-callbacks-"))
+# Each test process its own (a worker inherits the first process's environment): the file names
+# in it are fixed (credentials-lasting.jsonl) or per application.
+if "PYTEST_XDIST_WORKER" in os.environ or "KDDB_TEST_CALLBACK_DIR" not in os.environ:
+    os.environ["KDDB_TEST_CALLBACK_DIR"] = tempfile.mkdtemp(prefix="kddb-callbacks-")
 
 
 BACKENDS = ["moto", "kinesis-local"]
@@ -37,8 +42,18 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "backends(*names): Kinesis implementations a test runs on")
 
 
+# Seconds each slow test took in a full run (tests/durations.json); refresh with
+# `python -m tests.support.durations <junit.xml>` when they change much. Only the order uses them.
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """Drop the parametrizations of tests marked for other Kinesis backends."""
+    """Drop the parametrizations of tests marked for other Kinesis backends; then order the
+    rest longest first (after pytest grouped them by their fixtures' parameters): xdist's
+    ``load`` scheduler deals the first tests out in turn, so the long ones start at once on
+    every worker and the short ones fill the end, instead of one long test at the end keeping
+    one worker busy alone. A serial run keeps the same order."""
     keep, drop = [], []
     for item in items:
         marker = item.get_closest_marker("backends")
@@ -47,6 +62,8 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    items.sort(key=lambda item: -known.get(item.nodeid, 0.0))
 
 
 @pytest.fixture(scope="session")
@@ -57,29 +74,19 @@ def endpoint():
         yield ep
 
 
-_EXPIRY: dict = {}
+@pytest.fixture(scope="session")
+def kinesis_local():
+    """A kinesis-local server for the whole session, started when a test first needs it (not
+    a parameter of ``kinesis_backend``: tests run longest first, the backends interleaved, and
+    a parametrized fixture would restart the server at each switch)."""
+    with KinesisLocal() as server:
+        yield server.url
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
 def kinesis_backend(request, endpoint):
-    """The Kinesis implementation under test: moto server or kinesis-local; yields its URL.
-
-    With kinesis-local, the 5-minute iterator expiry scenario starts at once in the background
-    (see tests/support/expiry.py), if a selected test wants it.
-    """
-    if request.param == "moto":
-        yield endpoint.url
-        return
-    with KinesisLocal() as server:
-        if any("iterator_expiry" in getattr(item, "fixturenames", ()) for item in request.session.items):
-            _EXPIRY["future"] = expiry.start(server.url)
-        yield server.url
-
-
-@pytest.fixture
-def iterator_expiry(kinesis_backend):
-    """The background expiry scenario's future (kinesis-local only)."""
-    return _EXPIRY["future"]
+    """The Kinesis implementation under test: moto server or kinesis-local; its URL."""
+    return endpoint.url if request.param == "moto" else request.getfixturevalue("kinesis_local")
 
 
 @pytest.fixture(scope="session")

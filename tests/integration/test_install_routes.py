@@ -12,10 +12,13 @@ Nothing of this repository is on the path of these processes: not the working di
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -57,14 +60,33 @@ def clean() -> Path:
     return CLEAN
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """The wheel ``pip wheel . -w dist/ --no-deps`` builds, as docs/quickstart.md says."""
-    work = tmp_path_factory.mktemp("dist")
+def _once(tmp_path_factory, name: str, make) -> Path:
+    """``make(dir)`` run once per test run, whichever test process asks first (the others wait
+    for it and share what it made): the wheel is built, and installed, once."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' base directories share this one
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made, done = root / name, root / f"{name}.done"
+        if not done.exists():
+            shutil.rmtree(made, ignore_errors=True)
+            made.mkdir()
+            make(made)
+            done.write_text("")
+        return made
+
+
+def _build_wheel(work: Path) -> None:
     built = run([sys.executable, "-m", "pip", "wheel", ".", "-w", str(work), "--no-deps",
                  "--disable-pip-version-check", "--quiet"], REPO, clean_env())
     assert built.returncode == 0, built.stderr[-3000:]
-    (path,) = work.glob("kinesis_ddb-*.whl")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel ``pip wheel . -w dist/ --no-deps`` builds, as docs/quickstart.md says."""
+    (path,) = _once(tmp_path_factory, "dist", _build_wheel).glob("kinesis_ddb-*.whl")
     return path
 
 
@@ -72,14 +94,16 @@ def wheel(tmp_path_factory) -> Path:
 def wheel_env(clean, wheel, tmp_path_factory) -> Path:
     """A new environment with the wheel installed as users install it; the dependencies are
     .venv-clean's (a .pth file), so pip has nothing to fetch."""
-    work = tmp_path_factory.mktemp("wheel")
-    env = work / "env"
-    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
-    Path(site_packages(env), "deps.pth").write_text(site_packages(clean) + "\n")
-    installed = run([str(env / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--quiet",
-                     "--disable-pip-version-check", str(wheel)], work, clean_env())
-    assert installed.returncode == 0, installed.stderr[-3000:]
-    return env
+
+    def install(work: Path) -> None:
+        env = work / "env"
+        subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+        Path(site_packages(env), "deps.pth").write_text(site_packages(clean) + "\n")
+        installed = run([str(env / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--quiet",
+                         "--disable-pip-version-check", str(wheel)], work, clean_env())
+        assert installed.returncode == 0, installed.stderr[-3000:]
+
+    return _once(tmp_path_factory, "wheel", install) / "env"
 
 
 def rows(proc: subprocess.CompletedProcess) -> int:
@@ -161,7 +185,16 @@ def test_the_demo_without_its_extra_says_which_to_install(wheel_env, tmp_path):
     assert "needs the [demo] extra: pip install 'kinesis-ddb[demo]'" in proc.stderr, proc.stderr
 
 
-def test_spark_connect_session_with_register(tmp_path):
+@pytest.fixture
+def connect_port():
+    """The local Spark Connect server of ``remote("local[2]")`` listens on port 15002 and its
+    client looks for it there: one such test at a time across the test processes."""
+    with open(os.path.join(tempfile.gettempdir(), "kddb-tests-spark-connect-15002.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield 15002
+
+
+def test_spark_connect_session_with_register(connect_port, tmp_path):
     """A Spark Connect client (``remote("local[2]")``, pyspark's connect extra) that calls
     ``register(spark)``: the class travels pickled to the server, whose Python workers import
     the package."""
@@ -170,7 +203,7 @@ def test_spark_connect_session_with_register(tmp_path):
     assert rows(proc) == 50
 
 
-def test_spark_connect_client_without_the_package_uses_the_servers(clean, wheel_env, endpoint, tmp_path):
+def test_spark_connect_client_without_the_package_uses_the_servers(clean, wheel_env, endpoint, connect_port, tmp_path):
     """The client's environment lacks the package; the server's Python (the wheel's
     environment) has it, and PySpark's automatic registration makes the format known there."""
     server_python = str(wheel_env / "bin" / "python")

@@ -28,7 +28,7 @@ SHARED = {s["key"] for s in specs_of(SinkOptions)} - set(SINK_BAD_VALUES)
 
 
 def cases():
-    for key, values in {**SINK_BAD_VALUES, **{k: SOURCE_BAD_VALUES[k] for k in SHARED}}.items():
+    for key, values in {**SINK_BAD_VALUES, **{k: SOURCE_BAD_VALUES[k] for k in sorted(SHARED)}}.items():
         for value in values:
             base = {"streamName": "s"} if key not in ("streamName", "streamARN") else {}
             yield key, {**base, **PARTNERS.get(key, {}), key: value}, value
