@@ -82,6 +82,8 @@ def test_driver_sigkills_and_worker_kills_lose_nothing(kinesis, ddb, make_stream
         pytest.skip(f"scenario 9 (Spark {LOCAL_CLUSTER}) did not run, every run used local[2,4]: {why_not}")
 
 
+@pytest.mark.skipif(not harness.LONG, reason="long form only: the bounded form's throttling storm "
+                    "(test_throttling.py) kills drivers under throttling and also holds the budget")
 @pytest.mark.timeout(max(600, 300 + 150 * (harness.KILLS + 1)))
 def test_driver_sigkills_while_throttled_lose_nothing(
     kinesis, kinesis_backend, ddb, make_stream, source_options, tmp_path
