@@ -163,6 +163,16 @@ def reporting_planner(fake, **options):
                                "tipReportHost": "127.0.0.1", **options})
 
 
+def handed_first_range(planner):
+    """Plan shard A's first batch from TRIM_HORIZON and hand its one range out: the range, and
+    the address its read reports to."""
+    start = trim_horizon(A)
+    (rng,) = plan_ranges(start, planner.latest_offset(start))
+    _, address = planner.hand_over([rng])
+    assert address is not None
+    return rng, address
+
+
 def test_the_driver_does_not_probe_a_shard_being_read_and_answers_from_its_report():
     recs = log_of(40)
     fake = TimedFake({"a": FakeShard(recs[:10])})
@@ -279,11 +289,7 @@ def test_a_read_spark_runs_again_adds_its_calls_and_bytes_and_teaches_no_neighbo
     planner = reporting_planner(fake, getRecordsPerShardPerSecond="2", minProbeIntervalMs="3600000",
                                 maxIdleProbeIntervalMs="3600000")
     try:
-        start = trim_horizon(A)
-        end = planner.latest_offset(start)
-        (rng,) = plan_ranges(start, end)
-        _, address = planner.hand_over([rng])
-        assert address is not None
+        rng, address = handed_first_range(planner)
         now = time.time()
         first = TipReport(A, recs[-1][0], 0, None, {"GetRecords": [now]}, rng.end_seq, read_bytes=3 * MIB,
                           rate=RateState(5 * MIB, now, record_bytes=123.0))
@@ -661,11 +667,7 @@ def test_a_reported_iterator_is_handed_on_only_while_young_enough_counted_from_i
     fake = TimedFake({"a": FakeShard(recs)})
     planner = reporting_planner(fake, minProbeIntervalMs="3600000", maxIdleProbeIntervalMs="3600000")
     try:
-        start = trim_horizon(A)
-        end = planner.latest_offset(start)
-        (rng,) = plan_ranges(start, end)
-        _, address = planner.hand_over([rng])
-        assert address is not None
+        _, address = handed_first_range(planner)
         old = time.time() - HANDED_ITERATOR_TTL_S - 10
         fake.shards["a"].records = recs  # (unchanged) the report names the last record
         assert applied(address, [TipReport(A, recs[-1][0], 0, "a|30|0", {"GetRecords": [old]})])
