@@ -132,9 +132,16 @@ class _Bucket:
 class QuotaProxy(FaultProxy):
     """``with QuotaProxy(backend_url) as q: q.url``; see the module docstring."""
 
-    def __init__(self, target_url: str, quotas: Quotas | None = None, seed: int = 7) -> None:
+    def __init__(
+        self, target_url: str, quotas: Quotas | None = None, seed: int = 7, count_records: bool = False
+    ) -> None:
         super().__init__(target_url, seed=seed)
         self.quotas = quotas or Quotas()
+        # with count_records: each record's reads, (call time, client kind), by
+        # (access key, stream, shard, sequence number); off by default, it grows with the stream
+        self.reads_of: dict[tuple[str | None, str, str, str], list[tuple[float, str | None]]] | None = (
+            defaultdict(list) if count_records else None
+        )
         self._windows: dict[tuple, deque[float]] = defaultdict(deque)
         self._buckets: dict[tuple[str, str], _Bucket] = {}
         self._iterators: dict[str, tuple[str, str]] = {}  # client-visible iterator -> shard
@@ -281,6 +288,11 @@ class QuotaProxy(FaultProxy):
                 spent = _data_bytes(resp)
                 self.bytes_read[call.shard] += spent
                 self.bytes_read_by[(call.access_key, call.client, *call.shard)] += spent
+                if self.reads_of is not None:
+                    for record in resp.get("Records", []):
+                        self.reads_of[(call.access_key, *call.shard, record["SequenceNumber"])].append(
+                            (call.at, call.client)
+                        )
                 bucket = self._bucket(call.shard, time.monotonic())
                 bucket.level(time.monotonic())
                 bucket.tokens -= spent
