@@ -79,7 +79,9 @@ DEFECTS = (
         "budget-window-off-by-one", "the call budget's window holds one call more than the rate",
         (("kinesis_source/driver/budget.py", "        self.n = max(1, math.ceil(rate))",
           "        self.n = max(1, math.ceil(rate)) + 1"),),
-        ("tests/integration/test_quota_budget.py",),
+        ("tests/integration/test_quota_budget.py",
+         "tests/integration/test_sparse_shards.py::"
+         "test_a_sparse_shard_is_read_within_the_call_budget_every_call_naming_its_shard_and_stream"),
     ),
     Defect(
         "carried-past-end", "a carried run hands its batch one record past the range's end",
