@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import math
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Hashable, Mapping
@@ -31,6 +30,7 @@ from botocore.exceptions import ClientError
 from tenacity import AsyncRetrying
 
 from kinesis_source.aws.kinesis import ARRIVAL_MARGIN_S, AsyncKinesis, Page, is_throttled, throttle_retry
+from kinesis_source.driver.shards import ShardStates
 from kinesis_source.positions import Position
 from kinesis_source.read_rate import RateState, ShardBytes, page_bytes
 
@@ -77,41 +77,35 @@ class _Window:
 
 
 class CallBudget:
-    """Calls per second per shard for each operation, and the calls spent or booked within
-    them (:meth:`reserve` says how many of each window the driver's own calls leave free)."""
+    """Calls per second per shard for each operation, and the rules for spending and booking
+    them; each shard's windows live in its record (``driver/shards.py``). :meth:`reserve` says
+    how many of each window the driver's own calls leave free."""
 
-    def __init__(self, rates: dict[str, float]) -> None:
+    def __init__(self, rates: dict[str, float], shards: ShardStates | None = None) -> None:
+        """``shards``: the query run's shard records (a registry of its own if None)."""
         self.rates = dict(rates)
-        self._windows: dict[tuple[Hashable, str], _Window] = {}
+        self.shards = shards if shards is not None else ShardStates()
         self.spent: dict[str, int] = defaultdict(int)
-        # Shards whose last range was carried whole (driver/carried.py): executors read none of
-        # it, so no share of their calls is kept for executor reads.
-        self._carried: set[Hashable] = set()
-        # Planning state's one lock: the budget's and the tip table's (which shares it). The
-        # planner's loop thread changes them; latestOffset reads them from Spark's thread.
-        self.lock = threading.RLock()
+        # Planning state's one lock: the shards' records'. The planner's loop thread changes
+        # them; latestOffset reads them from Spark's thread.
+        self.lock = self.shards.lock
 
     def _window(self, key: Hashable, op: str) -> _Window:
-        w = self._windows.get((key, op))
+        windows = self.shards.state(key).windows
+        w = windows.get(op)
         if w is None:
-            w = self._windows[(key, op)] = _Window(self.rates[op])
+            w = windows[op] = _Window(self.rates[op])
         return w
 
     def reserve(self, op: str, key: Hashable | None = None) -> int:
         """Calls of a window kept for executor reads: half, so probes and reads alternate;
-        none on a shard whose ranges the driver carries whole (:meth:`carrying`)."""
-        if key is not None and key in self._carried:
-            return 0
+        none on a shard whose last range the driver carried whole (driver/carried.py:
+        executors read none of it)."""
+        if key is not None:
+            state = self.shards.get(key)
+            if state is not None and state.carried_whole:
+                return 0
         return self._window_size(op) // 2
-
-    def carrying(self, key: Hashable, whole: bool) -> None:
-        """Whether ``key``'s last range went to its executor whole in the partition (no
-        executor call): then the driver's probes may spend the shard's whole budget."""
-        with self.lock:
-            if whole:
-                self._carried.add(key)
-            else:
-                self._carried.discard(key)
 
     def _window_size(self, op: str) -> int:
         return max(1, math.ceil(self.rates[op]))
@@ -161,30 +155,29 @@ class CallBudget:
                 bisect.insort(window.times, at)
             self.spent[op] += max(len(actual), made or 0) - len(booked)
 
-    def forget(self, key: Hashable) -> None:
-        """Drop a shard's windows (it left the query)."""
-        with self.lock:
-            self._carried.discard(key)
-            for op in self.rates:
-                self._windows.pop((key, op), None)
 
 
 class ByteBudget:
-    """Every shard's byte model on the driver, under the planning lock (times: wall clock)."""
+    """The rules of every shard's byte model on the driver (each model lives in its shard's
+    record, changed under the planning lock; times: wall clock)."""
 
-    def __init__(self, cap: float | None, lock: threading.RLock) -> None:
+    def __init__(self, cap: float | None, shards: ShardStates) -> None:
         self.cap = cap
-        self.lock = lock
-        self._models: dict[Hashable, ShardBytes] = {}
+        self.shards = shards
+        self.lock = shards.lock
         self._forgotten_throttles = 0
 
     def model(self, key: Hashable) -> ShardBytes:
         """``key``'s model (a full bucket the first time)."""
         with self.lock:
-            found = self._models.get(key)
-            if found is None:
-                found = self._models[key] = ShardBytes(self.cap, None, time.time())
-            return found
+            state = self.shards.state(key)
+            if state.bytes is None:
+                state.bytes = ShardBytes(self.cap, None, time.time())
+            return state.bytes
+
+    def _found(self, key: Hashable) -> ShardBytes | None:
+        state = self.shards.get(key)
+        return None if state is None else state.bytes
 
     def hand_out(self, key: Hashable, records: int | None) -> RateState:
         """The state an executor read of ``key`` starts from; the read's bytes (``records``
@@ -200,7 +193,7 @@ class ByteBudget:
         """How long until ``key``'s model holds a page's worth for a read paced at
         ``interval_s`` (0 for a shard without a model: its bucket is taken as full)."""
         with self.lock:
-            model = self._models.get(key)
+            model = self._found(key)
             if model is None:
                 return 0.0
             return model.wait_s(model.want_bytes(MAX_LIMIT, interval_s), time.time())
@@ -208,31 +201,33 @@ class ByteBudget:
     def adopt(self, key: Hashable, state: RateState) -> None:
         """A read's last state becomes the shard's model (it saw every byte the read took)."""
         with self.lock:
-            old = self._models.get(key)
+            old = self._found(key)
             if old is not None:
                 now = time.time()
                 # (a state from a clock ahead is taken as of now)
-                new = self._models[key] = ShardBytes(self.cap, state, now)
+                new = self.shards.state(key).bytes = ShardBytes(self.cap, state, now)
                 new.throttles = old.throttles  # the driver's own, counted in stats
 
     def charge(self, key: Hashable, nbytes: int) -> None:
         """Bytes a read took that the shard's model did not hand out (a read Spark ran
         again): spent from the model as of now."""
         with self.lock:
-            if key in self._models:
-                self._models[key].spend(nbytes, 0, time.time())
+            model = self._found(key)
+            if model is not None:
+                model.spend(nbytes, 0, time.time())
 
     def forget(self, key: Hashable) -> None:
-        """Drop a shard's model (it left the query)."""
+        """Count a shard's throttles before its record goes (it left the query)."""
         with self.lock:
-            gone = self._models.pop(key, None)
+            gone = self._found(key)
             if gone is not None:
                 self._forgotten_throttles += gone.throttles
+                self.shards.state(key).bytes = None
 
     def throttles(self) -> int:
         """The driver's calls refused for throughput, over every shard's model so far."""
         with self.lock:
-            return self._forgotten_throttles + sum(m.throttles for m in self._models.values())
+            return self._forgotten_throttles + sum(s.bytes.throttles for s in self.shards if s.bytes is not None)
 
 
 class PacedKinesis(AsyncKinesis):
@@ -250,13 +245,12 @@ class PacedKinesis(AsyncKinesis):
         the streams given by ARN."""
         super().__init__(client, arns)
         self.budget = budget
-        self.byte_budget = byte_budget if byte_budget is not None else ByteBudget(None, budget.lock)
+        self.byte_budget = byte_budget if byte_budget is not None else ByteBudget(None, budget.shards)
         self._attempts = attempts
-        self._booked: dict[tuple[Hashable, str], float] = {}  # calls :meth:`ready` spent ahead
         self.waited_s = 0.0
 
     async def _pace(self, key: Hashable, op: str) -> None:
-        booked = self._booked.pop((key, op), None)
+        booked = self.budget.shards.state(key).spent_ahead.pop(op, None)
         now = time.monotonic()
         if booked is not None and now - booked < BOOKED_TTL_S:
             # :meth:`ready` waited for this call and spent it: now is when it is made
@@ -296,9 +290,10 @@ class PacedKinesis(AsyncKinesis):
                 at = max(self.budget.free_at(key, op, self.budget.reserve(op, key), now) for op in ops)
                 wait = max(at - now, self._bytes_wait(key, MAX_LIMIT))
                 if wait <= 0:
+                    ahead = self.budget.shards.state(key).spent_ahead
                     for op in ops:
                         self.budget.spend(key, op, 1, now)
-                        self._booked[(key, op)] = now
+                        ahead[op] = now
                     return
             self.waited_s += wait
             await asyncio.sleep(wait)  # pacing to the budget, not waiting on a condition
@@ -333,8 +328,6 @@ class PacedKinesis(AsyncKinesis):
         return page
 
     def forget(self, key: Hashable) -> None:
-        """Drop what is kept for a shard that left the query."""
-        for op in (GET_RECORDS, GET_SHARD_ITERATOR):
-            self._booked.pop((key, op), None)
-        self.budget.forget(key)
+        """Count what a shard that left the query leaves in the totals (its record is dropped
+        by ``TailProber.forget``)."""
         self.byte_budget.forget(key)

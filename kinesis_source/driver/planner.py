@@ -21,11 +21,13 @@ from kinesis_source.aws.kinesis import AsyncKinesis, ShardInfo
 from kinesis_source.driver.answers import LastAnswer, lag_entry
 from kinesis_source.driver.available_now import Target, find_target
 from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, ByteBudget, CallBudget, PacedKinesis
+from kinesis_source.driver.handout import Booking, HandOut
 from kinesis_source.driver.limits import BudgetPlanner
 from kinesis_source.driver.listing import ShardListing
 from kinesis_source.driver.probe import SETTLE_PAUSE_S, SETTLE_TIMEOUT_S, ProbeResult, TailProber
 from kinesis_source.driver.reports import TipListener, default_host, is_loopback
 from kinesis_source.driver.runtime import LoopThread
+from kinesis_source.driver.shards import ShardStates
 from kinesis_source.driver.start import resolve_positions
 from kinesis_source.driver.tips import TipTable
 from kinesis_source.errors import report_shard_gone
@@ -33,46 +35,16 @@ from kinesis_source.lineage import gone_shards, probe_starts, retire_finished
 from kinesis_source.option_values import InitialPosition
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import AFTER, Offset, Position, ShardId, ShardRange
-from kinesis_source.read_rate import RateState
-from kinesis_source.tip_reports import ReportAddress, TipReport
+from kinesis_source.tip_reports import ReportAddress
 
 __all__ = ["Planner", "Target", "plan_ranges"]
 
 log = logging.getLogger(__name__)
 
-# The longest the driver holds its probes of a shard that executors read and will report on.
-# The batch's end releases them (Spark asks for the next end only then; a report that has not
-# come will not), so this is a fallback only. Until then a probe would find nothing the report
-# does not bring, and would spend the call budget the read uses: after its second page a read
-# spaces its pages by the shard's whole budget.
-READ_HOLD_S = 3600.0
 # How long the first answer for newly tracked shards waits for their first probe.
 FIRST_PROBE_TIMEOUT_S = 60.0
-# How far an executor's reported call times may lie before its booking (clock skew).
-MAX_CLOCK_SKEW_S = 5.0
-# An unbooked read's calls (a planned read Spark ran again) count from at most this long ago:
-# older ones have left every call window.
-UNBOOKED_LOOKBACK_S = 10.0
-# Reads without a report (and none ever received) before the driver warns that executors
-# cannot reach its listener.
-MISSING_WARN = 3
-# A shard's new records join a batch only if its executor read can start within this.
-HOLD_SLACK_S = 0.05
-# Fan-out: Kinesis refuses a shard's subscription within 5 s of its last one; a little more, as
-# the driver learns the last one's time from another process's clock.
-SUBSCRIBE_GAP_S = 5.1
 # Under Trigger.AvailableNow, how long a batch waits for the table between looks.
 _TARGET_WAIT_S = 0.5
-
-# What an executor read gets from planning: the iterator and first record the probe found at
-# the range's start (or None), the wall-clock time its first call is booked for, how many
-# records the range holds (None: not known), the shard's byte model (None: the read makes no
-# call), when the range's end record arrived (epoch seconds; None: not known, or the size is),
-# the range's first records, which the driver already read (driver/carried.py), and the
-# wall-clock time the shard's budget has room for the read's second call (None: not held).
-Booking = tuple[tuple[str, str | None] | None, float, int | None, RateState | None, float | None,
-                tuple[dict, ...], float | None]
-
 
 class Planner:
     """Plans offsets and ranges for one query run; lives in Spark's driver-side Python helper.
@@ -88,11 +60,12 @@ class Planner:
         self._opts = opts
         self._loop = LoopThread("kinesis-ddb-planner")
         self._kinesis: AsyncKinesis | None = kinesis
+        self.shards = ShardStates()  # everything known of each shard: the one owner
         self.budget = CallBudget({
             GET_RECORDS: opts.get_records_per_shard_per_second,
             GET_SHARD_ITERATOR: opts.get_shard_iterator_per_shard_per_second,
-        })
-        self.byte_budget = ByteBudget(opts.max_read_rate_per_shard, self.budget.lock)
+        }, self.shards)
+        self.byte_budget = ByteBudget(opts.max_read_rate_per_shard, self.shards)
         self._prober: TailProber | None = None
         self._tips: TipTable | None = None
         self._listing = ShardListing(opts, self._client)
@@ -101,16 +74,9 @@ class Planner:
         self._identity: dict[str, str] | None = None
         self._target: Target | None = None
         self._listener: TipListener | None = None
-        # executor reads not yet reported: the range's end and its booked calls, by shard
-        self._bookings: dict[ShardId, tuple[str, dict[str, list[float]]]] = {}
-        self._subscribed: dict[ShardId, float] = {}  # fan-out: each shard's last subscription (wall clock)
         self._turn = 0  # rotates which shard a limited batch serves first
-        self._booked = 0
-        self._missing = 0  # booked reads whose report had not come when the shard was booked again
-        self._carried_ranges = self._carried_records = 0  # ranges (and records) executors got whole
+        self._handout = HandOut(opts, self.shards, self.budget, self.byte_budget)
         self._answer_s = 0.0  # how long the last latest_offset took
-        self._read_bytes = self._extra_bytes = 0  # what executors reported reading
-        self._executor_throttles = 0  # executor reads' calls refused for throughput, as reported
         self.probes = 0
 
     # -- runtime -------------------------------------------------------------------------
@@ -128,7 +94,7 @@ class Planner:
             )
         if self._prober is None:
             self._prober = TailProber(
-                self._kinesis, self._opts.max_records_per_fetch, self._opts.fail_on_data_loss
+                self._kinesis, self._opts.max_records_per_fetch, self._opts.fail_on_data_loss, self.shards
             )
         return self._kinesis
 
@@ -147,6 +113,7 @@ class Planner:
                 opts.max_idle_probe_interval_ms / 1000,
                 on_ended=self._listing.stale,
                 carry=opts.consumer_mode != "efo",
+                byte_budget=self.byte_budget,
             )
 
             def failed(exc: BaseException) -> None:
@@ -164,29 +131,7 @@ class Planner:
             return None
         if self._listener is None:
             tips = self._tip_table()
-
-            def apply(reports: list[TipReport]) -> None:
-                for tip in reports:
-                    tips.report(tip)
-                    booked = self._settle(tip) if tip.watch is None else True
-                    if tip.rate is not None and booked:
-                        self.byte_budget.adopt(tip.shard, tip.rate)
-                    elif tip.rate is not None:
-                        # A read nobody booked: Spark ran a planned read again (a batch's
-                        # partitions re-executed by another action, a speculative copy). It
-                        # started from a state that missed the first run's bytes, so what it
-                        # learnt of others may be that run: only its bytes are kept.
-                        self.byte_budget.charge(tip.shard, tip.read_bytes)
-                    self._executor_throttles += tip.throttled
-                    if tip.subscribed_at is not None:
-                        at = min(tip.subscribed_at, time.time() + MAX_CLOCK_SKEW_S)
-                        if tip.watch is not None:  # (a watch goes on with its read's subscription)
-                            at = max(at, self._subscribed.get(tip.shard, 0.0))
-                        self._subscribed[tip.shard] = at
-                    self._read_bytes += tip.read_bytes
-                    self._extra_bytes += tip.extra_bytes
-
-            self._listener = TipListener(self._opts.tip_report_host or default_host(), apply)
+            self._listener = TipListener(self._opts.tip_report_host or default_host(), tips.reported.apply)
             if not self._opts.tip_report_host and is_loopback(self._listener.host):
                 log.warning("executors' tip reports go to %s, a loopback address: executors on other "
                             "hosts cannot reach it, and the driver then probes every shard itself. "
@@ -202,26 +147,6 @@ class Planner:
                 self._opts = dataclasses.replace(self._opts, tip_reports=False)
                 return None
         return self._listener.address
-
-    def _settle(self, tip: TipReport) -> bool:
-        """The shard's ledger gets the reported read's actual call times in place of its
-        booking (times from the executor's clock, kept within what could be true here); a read
-        nobody booked (Spark ran a planned read again) adds its calls. Returns whether the read
-        was booked."""
-        # (a late report of an earlier range does not take the booking of the shard's next one)
-        found = self._bookings.get(tip.shard)
-        booked = None
-        if found is not None and found[0] == tip.end:
-            booked = self._bookings.pop(tip.shard)[1]
-        if not tip.calls:
-            return booked is not None
-        now, wall = time.monotonic(), time.time()
-        spent = [t for times in booked.values() for t in times] if booked else []
-        earliest = (min(spent) if spent else now - UNBOOKED_LOOKBACK_S) - MAX_CLOCK_SKEW_S
-        for op, times in tip.calls.items():
-            actual = [min(now, max(earliest, now - (wall - t))) for t in times]
-            self.budget.settle(tip.shard, op, booked.get(op, []) if booked else [], actual, tip.made.get(op))
-        return booked is not None
 
     def close(self) -> None:
         """Stop the background work, close the client and the event loop."""
@@ -390,27 +315,8 @@ class Planner:
         return end
 
     def _held(self, sid: ShardId, start: Position) -> bool:
-        """True when an executor read of ``sid`` from ``start`` could not start now (its share
-        of the call budget is spent: ``GetRecords``, and ``GetShardIterator`` when no probe left
-        an iterator there; or the shard's byte model holds less than a page is worth): its new
-        records wait for a later batch, instead of a task that sleeps until the budget lets it
-        read (and a batch that lasts as long)."""
-        if self._opts.consumer_mode == "efo":
-            # Subscriptions do not spend the polling budget, but Kinesis refuses a shard's next
-            # one within 5 s of the last: the range waits here (probes go on, so its end is
-            # fresh when it goes) instead of in a task retrying refused calls.
-            return time.time() < self._subscribed.get(sid, 0.0) + SUBSCRIBE_GAP_S
-        if self._tips is not None and self._tips.carries(sid, start):
-            return False  # the range goes to its executor whole: no call to wait for
-        now = time.monotonic()
-        free = self.budget.free_at(sid, GET_RECORDS, now=now)
-        if self._prober is not None and self._prober.opener(sid, start) is None:
-            free = max(free, self.budget.free_at(sid, GET_SHARD_ITERATOR, now=now))
-        bytes_wait = self.byte_budget.wait_s(sid, self._opts.executor_page_interval_s)
-        held = free > now + HOLD_SLACK_S or bytes_wait > HOLD_SLACK_S
-        if held and self._tips is not None:
-            self._tips.hold(sid)
-        return held
+        """True when ``sid``'s new records wait for a later batch (``HandOut.held``)."""
+        return self._handout.held(sid, start, self._tips, self._prober)
 
     async def _ends(
         self,
@@ -445,72 +351,11 @@ class Planner:
     async def _hand_over(self, ranges: list[ShardRange]) -> tuple[dict[ShardId, Booking], ReportAddress | None]:
         await self._client()
         address = await self._report_address()
-        tips = self._tips
+        tips = self._tip_table()  # (a batch replayed after a restart is handed out first)
         if self._opts.consumer_mode == "efo":
-            if address is not None and tips is not None:
-                tips.reading([r.shard for r in ranges], time.monotonic() + READ_HOLD_S)
-            # The read subscribes after now: its report brings the actual time.
-            wall = time.time()
-            for rng in ranges:
-                self._subscribed[rng.shard] = max(self._subscribed.get(rng.shard, 0.0), wall)
-            return {}, address  # subscriptions do not spend the polling budget
-        out: dict[ShardId, Booking] = {}
-        reading = []
-        now, wall = time.monotonic(), time.time()
-        for rng in ranges:
-            carried = tips.carry(rng.shard, rng.start, rng.end_seq) if tips is not None else None
-            if tips is not None:
-                tips.hold(rng.shard, False)
-            if carried is not None and carried[1]:
-                # every record of the range is in the partition: the read makes no call, sends no
-                # report, and the driver's probes go on finding the shard's next records
-                out[rng.shard] = (None, 0.0, None, None, None, carried[0], None)
-                self._carried_ranges += 1
-                self._carried_records += len(carried[0])
-                continue
-            reading.append(rng.shard)
-            prefix: tuple[dict, ...] = ()
-            opener = self._prober_ready().opener(rng.shard, rng.start)
-            if carried is not None:
-                prefix = carried[0]
-                opener = (carried[2], None) if carried[2] is not None else None
-            if rng.shard in self._bookings and address is not None:
-                self._report_missing(rng.shard)
-            at, calls = self.budget.book_read(rng.shard, opener is None, now)
-            self._bookings[rng.shard] = (rng.end_seq, calls)
-            self._booked += 1
-            # The driver's probes of the shard stop while it is read (the report resumes them):
-            # after its first call the read has the whole budget, once the probes before it
-            # have left the window. (Asked from now, not from the booking, which may lie ahead:
-            # a time before the read's first call is raised by the read's own spacing.)
-            second = None
-            if address is not None and tips is not None:
-                second = wall + (self.budget.free_at(rng.shard, GET_RECORDS, now=now) - now)
-            records = end_at = None
-            if self._tips is not None:
-                records = self._tips.read_size(rng.shard, rng.start, rng.end_seq)
-                self._tips.handed(rng.shard, rng.start, rng.end_seq)
-                if records is None:
-                    end_at = self._tips.arrival(rng.shard, rng.end_seq)
-            if end_at is None and records is None and self._target is not None:
-                end_at = self._target.arrival(rng.shard, rng.end_seq)
-            rate = self.byte_budget.hand_out(rng.shard, records - len(prefix) if records else records)
-            out[rng.shard] = (opener, wall + (at - now), records, rate, end_at, prefix, second)
-        if address is not None and tips is not None:
-            tips.reading(reading, time.monotonic() + READ_HOLD_S)
-        return out, address
-
-    def _report_missing(self, shard: ShardId) -> None:
-        """The shard's last read was booked, and its report has not come by its next batch
-        (batches run one after another, and a read reports before its task ends)."""
-        self._missing += 1
-        if self._missing == MISSING_WARN and self._tips is not None and not self._tips.reports:
-            address = self._listener.address if self._listener is not None else None
-            log.warning("%d executor reads sent no tip report to the driver at %s (shard %s the "
-                        "last), and none ever arrived: executors cannot reach that address, and "
-                        "the driver probes every shard itself. Set option tipReportHost to the "
-                        "driver's address that executors reach (spark.driver.host), or "
-                        "tipReports=false", self._missing, address, shard)
+            self._handout.subscribing(ranges, tips, address)
+            return {}, address
+        return self._handout.hand_over(ranges, tips, self._prober_ready(), address, self._target), address
 
     def stats(self) -> dict[str, Any]:
         """Driver-side cost so far (``latestOffset`` answers and the last one's time, background
@@ -525,21 +370,21 @@ class Planner:
             "driverCalls": k.calls if k else 0,
             "driverRecordsFetched": k.records_fetched if k else 0,
             "budgetWaitS": round(k.waited_s, 3) if isinstance(k, PacedKinesis) else 0.0,
-            "executorReadsBooked": self._booked,
+            "executorReadsBooked": self._handout.booked,
             # ranges whose every record the driver had read (probes, executors' reports) and
             # handed to the executor in the partition, and how many records they held
-            "rangesCarried": self._carried_ranges,
-            "recordsCarried": self._carried_records,
-            "executorBytesRead": self._read_bytes,
-            "executorBytesExtra": self._extra_bytes,
+            "rangesCarried": self._handout.carried_ranges,
+            "recordsCarried": self._handout.carried_records,
+            "executorBytesRead": self._tips.reported.read_bytes if self._tips else 0,
+            "executorBytesExtra": self._tips.reported.extra_bytes if self._tips else 0,
             # GetRecords the shards refused for throughput (each retried when its byte model
             # said): the driver's probes, and executor reads as reported
             "throttledProbes": self.byte_budget.throttles(),
-            "throttledReads": self._executor_throttles,
+            "throttledReads": self._tips.reported.throttled if self._tips else 0,
             "tipReports": self._tips.reports if self._tips else 0,
             "tipReportsRefused": self._listener.refused if self._listener else 0,
             # booked reads whose report never came (executors that cannot reach tipReportHost)
-            "tipReportsMissing": self._missing,
+            "tipReportsMissing": self._handout.missing,
             "watchedShards": self._tips.watched_count() if self._tips else 0,
             "shards": self._last.lag if self._last is not None else self._lag,
         }

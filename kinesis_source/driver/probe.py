@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -41,6 +40,7 @@ from botocore.exceptions import ClientError
 from kinesis_source.aws.clients import error_code
 from kinesis_source.aws.kinesis import HANDED_ITERATOR_TTL_S, INVALID_ARGUMENT, AsyncKinesis, Page, arrival_seconds
 from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR
+from kinesis_source.driver.shards import ShardStates
 from kinesis_source.errors import (
     ShardNotFoundError,
     report_data_loss,
@@ -110,21 +110,21 @@ class TailProber:
     """Finds the tip of shards with O(1) small reads each; keeps continuation iterators."""
 
     def __init__(
-        self, kinesis: AsyncKinesis, page_limit: int, fail_on_data_loss: bool = True
+        self, kinesis: AsyncKinesis, page_limit: int, fail_on_data_loss: bool = True,
+        shards: ShardStates | None = None,
     ) -> None:
+        """``shards``: the query run's shard records, which keep each shard's continuation,
+        openers and record size (a registry of its own if None)."""
         self._kinesis = kinesis
         self._page_limit = page_limit
         self.fail_on_data_loss = fail_on_data_loss
-        # shard -> (position string, iterator at that position, monotonic time)
-        self._continuations: dict[ShardId, tuple[str, str, float]] = {}
-        # shard -> position string -> (iterator read from there, first record, monotonic time)
-        self._openers: dict[ShardId, OrderedDict[str, tuple[str, str | None, float]]] = {}
-        self._record_bytes: dict[ShardId, float] = {}  # a shard's records' size, as last read
+        self._shards = shards if shards is not None else ShardStates()
         self.warm_bytes = WARM_READ_BYTES  # about what a probe reads on from its last tip
 
     def _take(self, stream: str, shard: str, start: Position) -> tuple[str, float] | None:
         """The iterator kept at ``start`` and when it was made (monotonic), if still usable."""
-        cached = self._continuations.pop(ShardId(stream, shard), None)
+        state = self._shards.state(ShardId(stream, shard))
+        cached, state.continuation = state.continuation, None
         if cached is None:
             return None
         pos, iterator, made = cached
@@ -137,7 +137,7 @@ class TailProber:
         probe from there costs one call."""
         if iterator is not None:
             at = time.monotonic() if made is None else made
-            self._continuations[ShardId(stream, shard)] = (pos.to_str(), iterator, at)
+            self._shards.state(ShardId(stream, shard)).continuation = (pos.to_str(), iterator, at)
 
     async def first_page(self, stream: str, shard: str, start: Position, limit: int) -> Page:
         """The first page after ``start``: from the iterator a previous probe left there, else
@@ -188,7 +188,7 @@ class TailProber:
             if page.at_tip:
                 return ProbeResult()
             return ProbeResult(behind_ms=page.behind_ms, pending=True)
-        self._record_bytes[key] = sum(len(r["Data"]) for r in page.records) / len(page.records)
+        self._shards.state(key).record_bytes = sum(len(r["Data"]) for r in page.records) / len(page.records)
         run: tuple[dict, ...] = ()
         if cached is not None and start.kind == AFTER and start.sub_seq is None:
             run = tuple(page.records)  # from the start's own continuation: what follows it
@@ -211,7 +211,7 @@ class TailProber:
     def _warm_limit(self, key: ShardId) -> int:
         """``Limit`` of a probe reading on from its last tip: about ``warm_bytes`` of the
         shard's records (``WARM_READ_LIMIT`` records while their size is not known)."""
-        size = self._record_bytes.get(key)
+        size = self._shards.state(key).record_bytes
         fit = WARM_READ_LIMIT if not size else max(1, int(self.warm_bytes // size))
         return max(1, min(fit, WARM_READ_RECORDS, self._page_limit))
 
@@ -261,7 +261,7 @@ class TailProber:
 
     def _hand_over(self, key: ShardId, start: Position, iterator: str, first: str | None,
                    made: float | None = None) -> None:
-        kept = self._openers.setdefault(key, OrderedDict())
+        kept = self._shards.state(key).openers
         kept[start.to_str()] = (iterator, first, time.monotonic() if made is None else made)
         while len(kept) > _OPENERS_PER_SHARD:
             kept.popitem(last=False)
@@ -277,18 +277,16 @@ class TailProber:
         """An iterator a probe read from (or an executor reported) at ``start``, and the first
         record found there (None: not known), if recent enough for an executor to read on
         with it."""
-        kept = self._openers.get(key)
-        found = kept.get(start.to_str()) if kept is not None else None
+        state = self._shards.get(key)
+        found = state.openers.get(start.to_str()) if state is not None else None
         if found is None or time.monotonic() - found[2] > HANDED_ITERATOR_TTL_S:
             return None
         return found[0], found[1]
 
     def forget(self, key: ShardId) -> None:
-        """Drop what is kept for a shard that left the query."""
-        self._continuations.pop(key, None)
-        self._openers.pop(key, None)
-        self._record_bytes.pop(key, None)
-        self._kinesis.forget(key)
+        """Drop everything kept for a shard that left the query: its whole record."""
+        self._kinesis.forget(key)  # (first: its totals count what the record held)
+        self._shards.forget(key)
 
     async def _open(self, stream: str, shard: str, start: Position, limit: int) -> Page:
         """The first page after ``start``, checking that ``start``'s record is still there.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import pytest
@@ -12,6 +11,7 @@ from kinesis_source.aws.kinesis import ARRIVAL_MARGIN_S as M
 from kinesis_source.aws.kinesis import AsyncKinesis
 from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, ByteBudget, CallBudget, PacedKinesis
 from kinesis_source.driver.probe import TailProber
+from kinesis_source.driver.shards import ShardStates
 from kinesis_source.positions import Position, ShardId
 from kinesis_source.read_rate import MIB, SHARD_BURST_BYTES, RateState
 from tests.unit.fake_kinesis import AsyncFake, FakeKinesis, FakeShard, log_of
@@ -114,7 +114,7 @@ def test_a_throttled_probe_is_tried_again_after_the_byte_models_wait():
 
 
 def test_the_byte_model_goes_out_with_a_read_and_comes_back_with_its_report():
-    ledger = ByteBudget(None, threading.RLock())
+    ledger = ByteBudget(None, ShardStates())
     key = ShardId("s", "a")
     model = ledger.model(key)
     model.spend(3 * MIB, 1000, time.time())  # a probe's page

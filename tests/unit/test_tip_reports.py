@@ -437,21 +437,19 @@ def test_ranges_between_reported_and_probed_records_get_an_estimated_size():
 
 
 def test_an_estimated_size_is_the_arrivals_distance_at_the_shards_record_rate():
-    from kinesis_source.driver.budget import GET_RECORDS, CallBudget
-    from kinesis_source.driver.tips import ShardTip, TipTable
+    from kinesis_source.driver.tip_view import ShardTip
     from kinesis_source.read_rate import ESTIMATE_MARGIN
 
-    table = TipTable(None, CallBudget({GET_RECORDS: 2.0}), 0.1, 10.0)  # type: ignore[arg-type]
-    table.entries[A] = ShardTip(Position.trim_horizon(), byte_rate=1_000_000.0, record_rate=100.0,
-                                arrivals={"100": 50.0, "200": 50.5})
+    view = ShardTip(Position.trim_horizon(), byte_rate=1_000_000.0, record_rate=100.0,
+                    arrivals={"100": 50.0, "200": 50.5})
     # half a second of a shard moving 100 records a second: 50 records, and the margin
-    assert table.read_size(A, Position.after("100"), "200") == math.ceil(50 * (1 + ESTIMATE_MARGIN))
-    assert table.read_size(A, Position.after("100"), "300") is None  # an end of unknown arrival
-    table.entries[A].record_rate = 0.0
-    assert table.read_size(A, Position.after("100"), "200") is None  # a rate not known yet
-    table.entries[A].record_rate, table.entries[A].byte_rate = 100.0, 1_000.0
+    assert view.read_size(Position.after("100"), "200") == math.ceil(50 * (1 + ESTIMATE_MARGIN))
+    assert view.read_size(Position.after("100"), "300") is None  # an end of unknown arrival
+    view.record_rate = 0.0
+    assert view.read_size(Position.after("100"), "200") is None  # a rate not known yet
+    view.record_rate, view.byte_rate = 100.0, 1_000.0
     # a quiet shard is read past its end (the read's report is its next tip)
-    assert table.read_size(A, Position.after("100"), "200") is None
+    assert view.read_size(Position.after("100"), "200") is None
 
 
 @contextmanager
@@ -512,9 +510,9 @@ def test_a_watched_shard_is_not_probed_and_its_tips_come_from_the_watch():
 
 
 def test_a_watch_whose_reports_stop_loses_the_shard_to_the_probes_after_its_lease(monkeypatch):
-    from kinesis_source.driver import tips as tips_module
+    from kinesis_source.driver import tip_view
 
-    monkeypatch.setattr(tips_module, "WATCH_LEASE_S", 0.5)
+    monkeypatch.setattr(tip_view, "WATCH_LEASE_S", 0.5)
     recs = log_of(20)
     with fan_out_read(recs) as (fake, planner, end, address):
         tip = TipReport(A, recs[9][0], 0, None, subscribed_at=time.time() - 6.0)
@@ -717,7 +715,7 @@ def test_a_late_report_does_not_take_the_booking_of_the_shards_next_range():
         assert address is not None
         late = TipReport(A, first.end_seq, 0, None, {"GetRecords": [time.time() - 3]}, first.end_seq)
         assert applied(address, [late])
-        assert planner._bookings[A][0] == second.end_seq, "the next range's booking stays"
+        assert planner.shards.state(A).booking[0] == second.end_seq, "the next range's booking stays"
         assert planner.budget.room(A, GET_RECORDS) == 0  # its booked first call still holds the window
     finally:
         planner.close()

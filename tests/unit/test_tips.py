@@ -129,7 +129,7 @@ class ThrottlingFake(TimedFake):
 
 
 def test_a_probe_throttled_beyond_retries_slows_the_query_and_never_fails_it(monkeypatch):
-    monkeypatch.setattr("kinesis_source.driver.tips.THROTTLED_PAUSE_S", 0.05)
+    monkeypatch.setattr("kinesis_source.driver.probe_rounds.THROTTLED_PAUSE_S", 0.05)
     recs = log_of(6)
     fake = ThrottlingFake({"a": FakeShard(recs)})
     fake.throttle = 3
