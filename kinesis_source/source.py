@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
@@ -229,13 +230,14 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         else:
             begin = self._known_end or self.start.initial_offset()
         entering = self.start.entering(begin)
-        if entering:
-            # Streams added since Spark's checkpoint was made enter at their start positions
-            # in a batch of their own (see plan_ranges), before any of them is read.
-            probe = lambda: Offset({**begin.shards, **entering})  # noqa: E731
-        else:
-            probe = lambda: planner.latest_offset(begin, max_records)  # noqa: E731
-        end = self.checkpointer.before_planning(begin, probe) if start is not None else probe()
+        # (without ``start`` nothing is known to be in the sink: no commit)
+        with self.checkpointer.committing(begin) if start is not None else nullcontext():
+            if entering:
+                # Streams added since Spark's checkpoint was made enter at their start
+                # positions in a batch of their own (see plan_ranges), before any is read.
+                end = Offset({**begin.shards, **entering})
+            else:
+                end = planner.latest_offset(begin, max_records)
         self.checkpointer.after_planning(batch_follows=end != begin)
         self._known_end = end
         out = end.to_dict()

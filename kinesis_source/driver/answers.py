@@ -14,10 +14,11 @@ patched answer is always the one the full computation would give.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kinesis_source.aws.kinesis import ShardInfo
+from kinesis_source.driver.handout import HandOut
 from kinesis_source.driver.probe import ProbeResult
 from kinesis_source.driver.tips import TipTable
 from kinesis_source.positions import Offset, Position, ShardId
@@ -65,12 +66,12 @@ class LastAnswer:
         start: Offset,
         listing: Mapping[str, list[ShardInfo]],
         tips: TipTable,
-        held: Callable[[ShardId, Position], bool],
+        handout: HandOut,
     ) -> Offset | None:
         """The end for ``start`` if it can be derived from this answer (``start`` is this
         answer's start or end, the listing is the same, and each changed shard's table entry
-        covers its start and neither ended nor went away), else None. A shard for which
-        ``held`` is true keeps its start (and is looked at again next time). Updates this state
+        covers its start and neither ended nor went away), else None. A shard whose records
+        ``handout`` holds for a later batch keeps its start (and is looked at again next time). Updates this state
         to the new answer, in place: after a None, this state must be dropped (the caller then
         computes in full), so nothing is copied that a failed patch would have to keep."""
         if listing is not self.listing:
@@ -99,7 +100,7 @@ class LastAnswer:
             if result is None or result.ended or result.gone:
                 return None
             lag[str(sid)] = lag_entry(result)
-            if result.tip is not None and not held(sid, at):
+            if result.tip is not None and not handout.held(sid, at):
                 changes[sid] = Position.after(result.tip)
                 moved.add(sid)
             else:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kinesis_source.aws.kinesis import ShardInfo
-from kinesis_source.driver.probe import SETTLE_TIMEOUT_S, ProbeResult, TailProber
+from kinesis_source.driver.probe import SETTLE_TIMEOUT_S, ProbeResult, TailProber, settle_all
 from kinesis_source.errors import KinesisSourceError
 from kinesis_source.positions import AFTER, Position, ShardId, seq_key
 
@@ -73,7 +73,7 @@ async def find_target(listing: Mapping[str, list[ShardInfo]], prober: TailProber
         for s in shards
         if not s.is_closed
     }
-    results = await prober.settle_all(open_shards)
+    results = await settle_all(prober, open_shards)
     unsettled = sorted(str(sid) for sid, r in results.items() if r.pending)
     if unsettled:
         raise KinesisSourceError(

@@ -110,15 +110,23 @@ class CallBudget:
     def _window_size(self, op: str) -> int:
         return max(1, math.ceil(self.rates[op]))
 
+    def _found(self, key: Hashable, op: str) -> _Window | None:
+        state = self.shards.get(key)
+        return None if state is None else state.windows.get(op)
+
     def room(self, key: Hashable, op: str, now: float | None = None) -> int:
         """Calls of ``op`` on shard ``key`` that fit now."""
         with self.lock:
-            return self._window(key, op).room(time.monotonic() if now is None else now)
+            window = self._found(key, op)
+            return self._window_size(op) if window is None else window.room(time.monotonic() if now is None else now)
 
     def free_at(self, key: Hashable, op: str, keep: int = 0, now: float | None = None) -> float:
-        """When a call of ``op`` fits on ``key`` while leaving ``keep`` calls of the window."""
+        """When a call of ``op`` fits on ``key`` while leaving ``keep`` calls of the window
+        (reads the shard's record only: Spark's thread asks too)."""
+        at = time.monotonic() if now is None else now
         with self.lock:
-            return self._window(key, op).free_at(time.monotonic() if now is None else now, keep)
+            window = self._found(key, op)
+            return at if window is None else window.free_at(at, keep)
 
     def spend(self, key: Hashable, op: str, n: int = 1, now: float | None = None) -> None:
         """Record ``n`` calls (made now, or about to be)."""

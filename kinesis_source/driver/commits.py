@@ -21,10 +21,11 @@ resume: the table holds the live shards, not every shard the stream ever had.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from kinesis_source.checkpoints.callbacks import CommitInfo, commit_info, load_callback, notify
 from kinesis_source.checkpoints.format import advances
@@ -35,7 +36,6 @@ from kinesis_source.positions import Offset, Position, ShardId
 log = logging.getLogger(__name__)
 
 
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -76,12 +76,13 @@ class Checkpointer:
 
     # -- commits -------------------------------------------------------------------------
 
-    def before_planning(self, start: Offset, probe: Callable[[], T]) -> T:
-        """``latestOffset(start)``: every batch up to ``start`` is in the sink, so commit it,
-        while ``probe()`` finds the next end; returns what ``probe`` returned.
+    @contextmanager
+    def committing(self, start: Offset) -> Iterator[None]:
+        """``with committing(start):`` around ``latestOffset(start)``'s probe: every batch up
+        to ``start`` is in the sink, so it is committed while the probe finds the next end.
 
         The write and the probe are independent (one goes to DynamoDB, the other to Kinesis),
-        so the write runs in a worker thread, and it is left running when the call returns:
+        so the write runs in a worker thread, and it is left running when the block ends:
         Spark writes its offset log next, and :meth:`settle` (the batch's ``partitions``, or
         the driver's next call) waits for the write and raises its failure. When the probe
         fails, the write is settled first: its own failure (e.g. fenced) is the one reported.
@@ -104,11 +105,12 @@ class Checkpointer:
         retired = self._retired(start, moved)
         self._fence_checked = False
         if not moved and not retired:
-            return probe()
+            yield
+            return
         calls = self._worker().submit(self._app.store.commit, epoch, self._app.owner, moved, retired)
         self._pending = _Write(epoch, moved, retired, calls)
         try:
-            return probe()
+            yield
         except BaseException:
             self.settle()
             raise

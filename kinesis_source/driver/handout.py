@@ -57,58 +57,60 @@ Booking = tuple[tuple[str, str | None] | None, float, int | None, RateState | No
 class HandOut:
     """Books executor reads in the shards' budgets; counts what it handed out."""
 
-    def __init__(self, opts: SourceOptions, shards: ShardStates, budget: CallBudget, byte_budget: ByteBudget) -> None:
+    def __init__(self, opts: SourceOptions, shards: ShardStates, budget: CallBudget, byte_budget: ByteBudget,
+                 tips: TipTable, prober: TailProber) -> None:
         self._opts = opts
         self._shards = shards
         self._budget = budget
         self._byte_budget = byte_budget
+        self._tips = tips
+        self._prober = prober
         self.booked = 0  # executor reads booked
         self.missing = 0  # booked reads whose report had not come when the shard was booked again
         self.carried_ranges = self.carried_records = 0  # ranges (and records) executors got whole
 
-    def held(self, sid: ShardId, start: Position, tips: TipTable | None, prober: TailProber | None) -> bool:
+    def held(self, sid: ShardId, start: Position) -> bool:
         """True when an executor read of ``sid`` from ``start`` could not start now (its share
         of the call budget is spent: ``GetRecords``, and ``GetShardIterator`` when no probe left
         an iterator there; or the shard's byte model holds less than a page is worth): its new
-        records wait for a later batch."""
+        records wait for a later batch (and its probes with them: ``TipTable.hold``, which the
+        caller applies on the loop). Reads the shard's record only: Spark's thread asks too."""
         if self._opts.consumer_mode == "efo":
             # Subscriptions do not spend the polling budget, but Kinesis refuses a shard's next
             # one within 5 s of the last: the range waits here (probes go on, so its end is
             # fresh when it goes) instead of in a task retrying refused calls.
             state = self._shards.get(sid)
             return state is not None and time.time() < state.subscribed_at + SUBSCRIBE_GAP_S
-        if tips is not None and tips.carries(sid, start):
+        if self._tips.carries(sid, start):
             return False  # the range goes to its executor whole: no call to wait for
         now = time.monotonic()
         free = self._budget.free_at(sid, GET_RECORDS, now=now)
-        if prober is not None and prober.opener(sid, start) is None:
+        if self._prober.opener(sid, start) is None:
             free = max(free, self._budget.free_at(sid, GET_SHARD_ITERATOR, now=now))
         bytes_wait = self._byte_budget.wait_s(sid, self._opts.executor_page_interval_s)
-        held = free > now + HOLD_SLACK_S or bytes_wait > HOLD_SLACK_S
-        if held and tips is not None:
-            tips.hold(sid)
-        return held
+        return free > now + HOLD_SLACK_S or bytes_wait > HOLD_SLACK_S
 
-    def subscribing(self, ranges: list[ShardRange], tips: TipTable | None, address: ReportAddress | None) -> None:
+    def subscribing(self, ranges: list[ShardRange], address: ReportAddress | None) -> None:
         """Fan-out reads of ``ranges`` subscribe after now (their reports bring the actual
         times); subscriptions do not spend the polling budget."""
-        if address is not None and tips is not None:
-            tips.reading([r.shard for r in ranges], time.monotonic() + READ_HOLD_S)
+        if address is not None:
+            self._tips.reading([r.shard for r in ranges], time.monotonic() + READ_HOLD_S)
         wall = time.time()
         for rng in ranges:
             state = self._shards.state(rng.shard)
             state.subscribed_at = max(state.subscribed_at, wall)
 
-    def hand_over(self, ranges: list[ShardRange], tips: TipTable, prober: TailProber,
-                  address: ReportAddress | None, target: Target | None) -> dict[ShardId, Booking]:
+    def hand_over(self, ranges: list[ShardRange], address: ReportAddress | None,
+                  target: Target | None) -> dict[ShardId, Booking]:
         """Each polling read's :data:`Booking`; the shards read by executors that will report
         are not probed until then."""
+        tips = self._tips
         out: dict[ShardId, Booking] = {}
         reading = []
         now, wall = time.monotonic(), time.time()
         for rng in ranges:
             carried = tips.carry(rng.shard, rng.start, rng.end_seq)
-            tips.hold(rng.shard, False)
+            tips.hold_all((rng.shard,), False)
             if carried is not None and carried[1]:
                 # every record of the range is in the partition: the read makes no call, sends no
                 # report, and the driver's probes go on finding the shard's next records
@@ -117,22 +119,22 @@ class HandOut:
                 self.carried_records += len(carried[0])
                 continue
             reading.append(rng.shard)
-            out[rng.shard] = self._book(rng, carried, tips, prober, address, target, now, wall)
+            out[rng.shard] = self._book(rng, carried, address, target, now, wall)
         if address is not None:
             tips.reading(reading, time.monotonic() + READ_HOLD_S)
         return out
 
-    def _book(self, rng: ShardRange, carried: tuple[tuple[dict, ...], bool, str | None] | None, tips: TipTable,
-              prober: TailProber, address: ReportAddress | None, target: Target | None,
-              now: float, wall: float) -> Booking:
+    def _book(self, rng: ShardRange, carried: tuple[tuple[dict, ...], bool, str | None] | None,
+              address: ReportAddress | None, target: Target | None, now: float, wall: float) -> Booking:
+        tips = self._tips
         prefix: tuple[dict, ...] = ()
-        opener = prober.opener(rng.shard, rng.start)
+        opener = self._prober.opener(rng.shard, rng.start)
         if carried is not None:
             prefix = carried[0]
             opener = (carried[2], None) if carried[2] is not None else None
         state = self._shards.state(rng.shard)
         if state.booking is not None and address is not None:
-            self._report_missing(rng.shard, tips, address)
+            self._report_missing(rng.shard, address)
         at, calls = self._budget.book_read(rng.shard, opener is None, now)
         state.booking = (rng.end_seq, calls)
         self.booked += 1
@@ -151,11 +153,11 @@ class HandOut:
         rate = self._byte_budget.hand_out(rng.shard, records - len(prefix) if records else records)
         return (opener, wall + (at - now), records, rate, end_at, prefix, second)
 
-    def _report_missing(self, shard: ShardId, tips: TipTable, address: ReportAddress) -> None:
+    def _report_missing(self, shard: ShardId, address: ReportAddress) -> None:
         """The shard's last read was booked, and its report has not come by its next batch
         (batches run one after another, and a read reports before its task ends)."""
         self.missing += 1
-        if self.missing == MISSING_WARN and not tips.reports:
+        if self.missing == MISSING_WARN and not self._tips.reports:
             log.warning("%d executor reads sent no tip report to the driver at %s (shard %s the "
                         "last), and none ever arrived: executors cannot reach that address, and "
                         "the driver probes every shard itself. Set option tipReportHost to the "

@@ -330,42 +330,44 @@ class TailProber:
                 return last, iterator, last_at, True
         return last, iterator, last_at, False
 
-    async def probe_all(
-        self,
-        starts: dict[ShardId, Position],
-        caps: dict[ShardId, str] | None = None,
-        concurrency: int = 64,
-    ) -> dict[ShardId, ProbeResult]:
-        """Probe many shards concurrently (``caps``: the newest record each may end at)."""
-        gate = asyncio.Semaphore(concurrency)
-        caps = caps or {}
 
-        async def one(key: ShardId, start: Position) -> ProbeResult:
-            async with gate:
-                return await self.probe(key.stream, key.shard, start, caps.get(key))
+async def probe_all(
+    prober: TailProber,
+    starts: dict[ShardId, Position],
+    caps: dict[ShardId, str] | None = None,
+    concurrency: int = 64,
+) -> dict[ShardId, ProbeResult]:
+    """Probe many shards concurrently (``caps``: the newest record each may end at)."""
+    gate = asyncio.Semaphore(concurrency)
+    caps = caps or {}
 
-        keys = list(starts)
-        results = await asyncio.gather(*(one(key, starts[key]) for key in keys))
-        return dict(zip(keys, results, strict=True))
+    async def one(key: ShardId, start: Position) -> ProbeResult:
+        async with gate:
+            return await prober.probe(key.stream, key.shard, start, caps.get(key))
 
-    async def settle_all(
-        self,
-        starts: dict[ShardId, Position],
-        caps: dict[ShardId, str] | None = None,
-        timeout_s: float = SETTLE_TIMEOUT_S,
-        pause_s: float = SETTLE_PAUSE_S,
-    ) -> dict[ShardId, ProbeResult]:
-        """:meth:`probe_all`, repeated for the shards whose probe crossed only empty pages
-        (each time on from where the last stopped) until every shard's tip, or that it has
-        none, is known; shards still pending after ``timeout_s`` stay ``pending``."""
-        results = await self.probe_all(starts, caps)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            pending = {key: starts[key] for key, r in results.items() if r.pending}
-            if not pending or time.monotonic() >= deadline:
-                return results
-            await asyncio.sleep(pause_s)
-            results.update(await self.probe_all(pending, caps))
+    keys = list(starts)
+    results = await asyncio.gather(*(one(key, starts[key]) for key in keys))
+    return dict(zip(keys, results, strict=True))
+
+
+async def settle_all(
+    prober: TailProber,
+    starts: dict[ShardId, Position],
+    caps: dict[ShardId, str] | None = None,
+    timeout_s: float = SETTLE_TIMEOUT_S,
+    pause_s: float = SETTLE_PAUSE_S,
+) -> dict[ShardId, ProbeResult]:
+    """:func:`probe_all`, repeated for the shards whose probe crossed only empty pages (each
+    time on from where the last stopped) until every shard's tip, or that it has none, is
+    known; shards still pending after ``timeout_s`` stay ``pending``."""
+    results = await probe_all(prober, starts, caps)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pending = {key: starts[key] for key, r in results.items() if r.pending}
+        if not pending or time.monotonic() >= deadline:
+            return results
+        await asyncio.sleep(pause_s)
+        results.update(await probe_all(prober, pending, caps))
 
 
 def _utc(epoch_seconds: float) -> datetime:

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from kinesis_source.aws.kinesis import ShardInfo
-from kinesis_source.driver.probe import ProbeResult, TailProber
+from kinesis_source.driver.probe import ProbeResult, TailProber, settle_all
 from kinesis_source.errors import OptionError
 from kinesis_source.lineage import superseded
 from kinesis_source.option_values import InitialPosition, parse_initial_position
@@ -107,7 +107,7 @@ async def resolve_positions(
                 del wanted[sid]
     latest = {key: Position.trim_horizon() for key, v in wanted.items() if v == "LATEST"}
     now = datetime.now(timezone.utc)
-    probed = await prober.settle_all(latest) if latest else {}
+    probed = await settle_all(prober, latest) if latest else {}
     positions = {}
     for sid, text in wanted.items():
         if text == "LATEST":

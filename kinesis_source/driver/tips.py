@@ -32,7 +32,7 @@ module says what the views are asked and when they are made.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from kinesis_source.driver.budget import ByteBudget, CallBudget
 from kinesis_source.driver.carried import run_cap
@@ -239,14 +239,15 @@ class TipTable:
             view = self._view(key)
             return view is not None and view.carries(start)
 
-    def hold(self, key: ShardId, held: bool = True) -> None:
-        """``key``'s known records wait for the shard's read budget (or, with ``held`` false,
-        were handed to an executor): until then its probes would only spend the budget the
-        read waits for, so they pause."""
+    def hold_all(self, keys: Iterable[ShardId], held: bool = True) -> None:
+        """``keys``' known records wait for their shards' read budget (or, with ``held``
+        false, were handed to an executor): until then their probes would only spend the
+        budget the read waits for, so they pause."""
         with self._lock:
-            view = self._view(key)
-            if view is not None:
-                view.held = held
+            for key in keys:
+                view = self._view(key)
+                if view is not None:
+                    view.held = held
 
     def count(self, key: ShardId, start: Position, end_seq: str) -> int | None:
         """:meth:`ShardTip.count` of ``key`` (None when it is not tracked)."""

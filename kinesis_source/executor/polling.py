@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import random
 import time
 from typing import Any
 
@@ -28,38 +27,26 @@ from tenacity import (
 from kinesis_source.aws.clients import error_code
 from kinesis_source.aws.kinesis import (
     INVALID_ARGUMENT,
-    NOT_FOUND,
     Page,
     arrival_seconds,
     expiry_retry,
     is_expired,
-    is_throttled,
-    missing_shard_or_stream,
-    readable_error,
-    received_at,
-    throttle_retry,
 )
 from kinesis_source.executor.cursor import RangeReaderBase, RawPage
-from kinesis_source.positions import AFTER, Position, ShardRange, seq_key
+from kinesis_source.executor.gate import ShardGate
+from kinesis_source.positions import AFTER, ShardRange, seq_key
 from kinesis_source.read_rate import (
     MIN_RATE_SPAN_S,
     RateState,
     ShardBytes,
-    page_bytes,
     records_between,
-    retried_state,
 )
 
 log = logging.getLogger(__name__)
 
-MAX_BOOKED_WAIT_S = 5.0
 # A range that holds more records than planning estimated is read on in calls for at least this
 # share of the estimate.
 FOLLOW_UP_SHARE = 0.25
-# Pages after the first wait up to this share of the interval more, at random: a reader whose
-# calls keep one phase against another application's can take the bucket just before each of
-# its calls, every time (measured in a simulation of the two; see read_rate.py).
-PAGE_JITTER = 0.25
 
 
 class RangeReader(RangeReaderBase):
@@ -107,26 +94,14 @@ class RangeReader(RangeReaderBase):
         from a state no fuller than the shard's (:func:`retried_state`) and takes its first refusal for that
         attempt's bytes, not for another application's."""
         super().__init__(rng, fail_on_data_loss)
-        self._client = client
+        self._gate = ShardGate(client, rng, page_interval_s, not_before, rate, max_rate, attempts, stream_arn,
+                               held_interval_s, second_at, retried, records)
         self._limit = limit
         self._records = records
         self._iterator: str | None = None
         self._opener = opener
-        self._interval = page_interval_s
-        self._held_interval = held_interval_s
-        self._last_call: float | None = None
-        self._not_before = not_before
-        self.calls = 0
-        self.call_times: dict[str, list[float]] = {"GetRecords": [], "GetShardIterator": []}
         self.expiries = 0
         self.handed_over = False  # the driver's iterator served the first page
-        now = time.time()
-        if retried:
-            size = rate.record_bytes if rate is not None and rate.record_bytes else 0.0
-            rate = retried_state(rate, (records or 0) * size, now)
-        self.bytes = ShardBytes(max_rate, rate, now, own_debt=retried)
-        self._attempts = attempts
-        self._arn_arg = {"StreamARN": stream_arn} if stream_arn else {}
         self._end_at = end_at
         # (a record's arrival, records received up to it): the first record and each page's last
         self._marks: list[tuple[float, int]] = []
@@ -135,7 +110,21 @@ class RangeReader(RangeReaderBase):
         self._bunch = 0
         self._widest = 0
         self._carried: list[dict] | None = list(carried) if carried else None
-        self._second_at = second_at if held_interval_s is not None else None
+
+    @property
+    def calls(self) -> int:
+        """Kinesis calls made."""
+        return self._gate.calls
+
+    @property
+    def call_times(self) -> dict[str, list[float]]:
+        """The calls made, by operation, with their times (epoch seconds)."""
+        return self._gate.call_times
+
+    @property
+    def bytes(self) -> ShardBytes:
+        """The shard's byte model, as this read keeps it."""
+        return self._gate.bytes
 
     def _handed_over_page(self) -> Page | None:
         """The first page from the driver's iterator, if it starts with the expected record."""
@@ -220,12 +209,8 @@ class RangeReader(RangeReaderBase):
         self._bunch = bunches[-1]
         self._widest = max(self._widest, *bunches)
 
-    def _called(self, op: str) -> None:
-        self.calls += 1
-        self.call_times[op].append(time.time())
-
     def _reported_calls(self) -> dict[str, list[float]]:
-        return {op: times for op, times in self.call_times.items() if times}
+        return self._gate.reported_calls()
 
     def _rate_state(self) -> RateState | None:
         return self.bytes.state(time.time())
@@ -233,94 +218,11 @@ class RangeReader(RangeReaderBase):
     def _throttled(self) -> int:
         return self.bytes.throttles
 
-    def _spacing(self, calls: int | None = None) -> float:
-        """Least time before the next ``GetRecords`` after ``calls`` of them (default: those
-        made): the whole budget where the driver holds its probes of the shard while it is read;
-        but before the second call, the read's share of the budget, unless the driver said when
-        its last probe leaves room for that call (``second_at``; a probe may have come just
-        before the first)."""
-        calls = len(self.call_times["GetRecords"]) if calls is None else calls
-        if self._held_interval is not None and (calls >= 2 or (calls == 1 and self._second_at is not None)):
-            return self._held_interval
-        return self._interval
-
-    def _second_wait(self, calls: int, now: float) -> float:
-        """How long the call after ``calls`` must wait for the driver's probes before the read
-        to leave its window (the second call only): never longer than the read's share's
-        spacing, which holds whatever the driver said (its clock may be off this host's)."""
-        if calls != 1 or self._second_at is None:
-            return 0.0
-        return min(self._second_at - now, self._interval)
-
-    def _booked_wait(self) -> float:
-        """Before the read's first call: how long until the time the driver booked it for (a
-        clock skew between the hosts shifts it by at most ``MAX_BOOKED_WAIT_S``)."""
-        return min(MAX_BOOKED_WAIT_S, self._not_before - time.time()) if self._last_call is None else 0.0
-
-    def _wait_booked(self) -> None:
-        wait = self._booked_wait()
-        if wait > 0:
-            time.sleep(wait)  # pacing to the shard's call budget, not waiting on a condition
-
-    def _pace(self) -> int:
-        """Wait for the shard's budgets and return the call's ``Limit``. Calls: the driver
-        booked the first (a clock skew between the hosts shifts it by at most
-        ``MAX_BOOKED_WAIT_S``); later pages keep this reader's share apart. Bytes: until the
-        model holds what the call is worth; the ``Limit`` is what it holds."""
-        records, model, interval = self._page_limit(), self.bytes, self._spacing()
-        calls = len(self.call_times["GetRecords"])
-        if self._last_call is None:
-            wait = self._booked_wait()
-        else:
-            spacing = interval * (1 + PAGE_JITTER * random.random())
-            wait = max(self._last_call + spacing - time.monotonic(), self._second_wait(calls, time.time()))
-        wait = max(wait, model.wait_s(model.want_bytes(records, interval), time.time()))
-        next_spacing = self._spacing(calls=calls + 1)
-        left = self._left(records)
-        if left is not None and model.record_bytes is not None:  # the rest fits one call
-            wait = model.end_wait(left * model.record_bytes, wait, next_spacing, time.time())
-        if wait > 0:
-            time.sleep(wait)  # pacing to the shard's budgets, not waiting on a condition
-        self._last_call = time.monotonic()
-        lead_s = None
-        if self._beyond_a_bucket(left):  # the time until the next call could come, at most
-            lead_s = max(next_spacing * (1 + PAGE_JITTER), self._second_wait(calls + 1, time.time()))
-        return model.limit(records, time.time(), lead_s)
-
-    def _beyond_a_bucket(self, left: int | None) -> bool:
-        """True when the rest of the range may take more than a full bucket (``left``: what
-        :meth:`_left` found): its size is unknown (a catch-up's first range, whose backlog
-        nobody counted) and no estimate says it fits a call, or its count at the shard's record
-        size exceeds a bucket. Only such a read takes a lead page from a full bucket: a read that
-        fits one call would pay the lead page with a second call a spacing later."""
-        if self._records is None:
-            return left is None
-        rest = max(0, self._records - self._cursor.read)
-        return not self.bytes.holds(rest * self.bytes.record_size())
-
     def _paced_page(self, iterator: str) -> Page:
-        """One ``GetRecords`` on ``iterator`` within the shard's budgets; a throttled call is
-        tried again (its wait is the model's, in :meth:`_pace`)."""
-        for attempt in Retrying(**throttle_retry(self._attempts)):
-            with attempt:
-                limit = self._pace()
-                self._called("GetRecords")
-                try:
-                    resp = self._client.get_records(ShardIterator=iterator, Limit=limit, **self._arn_arg)
-                except ClientError as exc:
-                    if is_throttled(exc):
-                        log.info("GetRecords on %s throttled: another application reads the shard too", self._range)
-                        self.bytes.refused(time.time())
-                    readable = readable_error(exc, self._range.stream, self._range.shard_id)
-                    if readable is not None:
-                        raise readable from None
-                    raise
-                finally:
-                    # spaced from the answer, which came after the call arrived: the server never
-                    # sees this reader's calls closer than its spacing, however long the way
-                    self._last_call = time.monotonic()
-        page = Page.from_api(resp)
-        self.bytes.spend(page_bytes(page.records), len(page.records), received_at(time.time()))
+        """One ``GetRecords`` through the gate, sized to what the range still holds."""
+        records = self._page_limit()
+        rest = max(0, self._records - self._cursor.read) if self._records is not None else None
+        page = self._gate.page(iterator, records, self._left(records), rest)
         self._seen(page.records)
         return page
 
@@ -332,7 +234,6 @@ class RangeReader(RangeReaderBase):
         for attempt in Retrying(**expiry_retry()):
             with attempt:
                 if self._iterator is None:
-                    self._wait_booked()  # the driver booked the GetShardIterator too
                     self._iterator = self._new_iterator()
                 try:
                     return self._paced_page(self._iterator)
@@ -344,26 +245,13 @@ class RangeReader(RangeReaderBase):
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _get_iterator(self, position: Position) -> str:
-        rng = self._range
-        self._called("GetShardIterator")
-        try:
-            resp = self._client.get_shard_iterator(
-                StreamName=rng.stream, ShardId=rng.shard_id, **position.iterator_args()
-            )
-        except ClientError as exc:
-            if error_code(exc) != NOT_FOUND:
-                raise
-            raise missing_shard_or_stream(self._client, rng.stream, rng.shard_id, exc) from exc
-        return resp["ShardIterator"]
-
     def _new_iterator(self) -> str:
         try:
-            return self._get_iterator(self._cursor.opening())
+            return self._gate.iterator(self._cursor.opening())
         except ClientError as exc:
             if error_code(exc) != INVALID_ARGUMENT:
                 raise
-            return self._get_iterator(self._cursor.refused())
+            return self._gate.iterator(self._cursor.refused())
 
     def _next_page(self) -> RawPage:
         if self._carried is not None:

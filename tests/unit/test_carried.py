@@ -217,7 +217,7 @@ def test_fan_out_keeps_no_run():
         fake.shards["a"].records.extend(recs[10:15])
         wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[14][0]),
                  timeout=10, what="the probe's new tip")
-        assert planner._tips.entries[A].run is None
+        assert planner.parts.tips.entries[A].run is None
     finally:
         planner.close()
 

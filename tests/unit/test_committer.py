@@ -67,6 +67,12 @@ def offset(seq):
     return Offset({sid("shardId-0"): Position.after(seq)})
 
 
+def planned(checkpointer, start, probe):
+    """``latestOffset(start)`` as the source makes it: the probe inside ``committing``."""
+    with checkpointer.committing(start):
+        return probe()
+
+
 def test_the_commit_runs_while_the_probe_runs(checkpointer):
     store = checkpointer.app.store
     store.release.clear()
@@ -78,7 +84,7 @@ def test_the_commit_runs_while_the_probe_runs(checkpointer):
         store.release.set()
         return "end"
 
-    assert checkpointer.before_planning(offset("10"), probe) == "end"
+    assert planned(checkpointer, offset("10"), probe) == "end"
     checkpointer.before_batch()
     assert store.commits == [{sid("shardId-0"): Position.after("10")}]
     assert checkpointer.commit_calls == 1
@@ -89,7 +95,7 @@ def test_latest_offset_returns_before_the_write_and_the_batch_waits_for_it(check
     instead of before it, and the batch's planning (``partitions``) waits for it."""
     store = checkpointer.app.store
     store.release.clear()  # the write cannot finish until released
-    assert checkpointer.before_planning(offset("10"), lambda: "end") == "end"
+    assert planned(checkpointer, offset("10"), lambda: "end") == "end"
     assert store.started.wait(DEADLINE_S), "the write did not start"
     assert checkpointer.commit_calls == 0 and sid("shardId-0") not in checkpointer.app.stored
     store.release.set()
@@ -101,13 +107,13 @@ def test_latest_offset_returns_before_the_write_and_the_batch_waits_for_it(check
 
 def test_a_failed_write_fails_the_batch_before_it_reads(checkpointer):
     checkpointer.app.store.fail = CheckpointFencedError("claimed by another query")
-    assert checkpointer.before_planning(offset("10"), lambda: "end") == "end"
+    assert planned(checkpointer, offset("10"), lambda: "end") == "end"
     with pytest.raises(CheckpointFencedError):
         checkpointer.before_batch()
     assert checkpointer.commit_calls == 0
     # not recorded as stored: the next call writes it again
     checkpointer.app.store.fail = None
-    checkpointer.before_planning(offset("10"), lambda: "end")
+    planned(checkpointer, offset("10"), lambda: "end")
     checkpointer.before_batch()
     assert checkpointer.app.store.commits == [{sid("shardId-0"): Position.after("10")}]
 
@@ -117,15 +123,15 @@ def test_a_write_under_way_is_waited_for_by_the_next_call_and_at_stop(checkpoint
     for the write first, so positions are written in order and none twice; at stop a failed
     last write is reported, not raised."""
     store = checkpointer.app.store
-    checkpointer.before_planning(offset("10"), lambda: "end")
+    planned(checkpointer, offset("10"), lambda: "end")
     checkpointer.commit(offset("10"))  # Spark's commit of the same end: already written
     assert store.commits == [{sid("shardId-0"): Position.after("10")}]
-    checkpointer.before_planning(offset("20"), lambda: "end")
-    checkpointer.before_planning(offset("30"), lambda: "end")  # waited for the write of 20 first
+    planned(checkpointer, offset("20"), lambda: "end")
+    planned(checkpointer, offset("30"), lambda: "end")  # waited for the write of 20 first
     checkpointer.settle()
     assert store.commits[1:] == [{sid("shardId-0"): Position.after(s)} for s in ("20", "30")]
     store.fail = RuntimeError("DynamoDB unreachable")
-    checkpointer.before_planning(offset("40"), lambda: "end")
+    planned(checkpointer, offset("40"), lambda: "end")
     checkpointer.close()
     assert checkpointer.app.stored[sid("shardId-0")] == Position.after("30")
     assert "not written to DynamoDB table" in caplog.text and "DynamoDB unreachable" in caplog.text
@@ -136,19 +142,19 @@ def test_a_failed_probe_still_records_the_commit_it_waited_for(checkpointer):
         raise RuntimeError("Kinesis down")
 
     with pytest.raises(RuntimeError, match="Kinesis down"):
-        checkpointer.before_planning(offset("10"), probe)
+        planned(checkpointer, offset("10"), probe)
     assert checkpointer.app.store.commits == [{sid("shardId-0"): Position.after("10")}]
-    checkpointer.before_planning(offset("10"), lambda: "end")
+    planned(checkpointer, offset("10"), lambda: "end")
     assert len(checkpointer.app.store.commits) == 1  # nothing moved since: no second write
 
 
 def test_the_epoch_is_read_only_when_no_commit_checked_it_in_this_call(checkpointer):
     store = checkpointer.app.store
-    checkpointer.before_planning(offset("10"), lambda: "end")
+    planned(checkpointer, offset("10"), lambda: "end")
     checkpointer.after_planning(batch_follows=True)
     checkpointer.before_batch()
     assert store.epoch_checks == 0  # the commit's transaction checked it
-    checkpointer.before_planning(offset("10"), lambda: "end")  # nothing moved: no write
+    planned(checkpointer, offset("10"), lambda: "end")  # nothing moved: no write
     checkpointer.after_planning(batch_follows=True)
     checkpointer.before_batch()
     assert store.epoch_checks == 1
@@ -170,19 +176,19 @@ def test_a_batch_after_a_call_with_nothing_to_write_checks_the_epoch_beside_the_
     seen = []
     c = Checkpointer(app, seen.append)
     try:
-        c.before_planning(offset("10"), lambda: "end")
+        planned(c, offset("10"), lambda: "end")
         c.after_planning(batch_follows=True)
         c.before_batch()
         assert seen and store.epoch_checks == 0  # the write checked it
         seen.clear()
-        c.before_planning(offset("10"), lambda: "end")  # nothing to write
+        planned(c, offset("10"), lambda: "end")  # nothing to write
         c.after_planning(batch_follows=True)
         assert store.checking.wait(DEADLINE_S), "the check did not start when latestOffset returned"
         store.release_check.set()
         c.before_batch()
         assert store.epoch_checks == 1 and seen == []
         store.check_fails = CheckpointFencedError("claimed by another query")
-        c.before_planning(offset("10"), lambda: "end")
+        planned(c, offset("10"), lambda: "end")
         c.after_planning(batch_follows=True)
         with pytest.raises(CheckpointFencedError):
             c.before_batch()
@@ -244,7 +250,8 @@ def test_a_retired_shard_created_after_the_start_is_forgotten_once_a_child_is_co
                      sid("shardId-4"): Position.trim_horizon()}))
     assert c.app.store.forgotten[-1] == []
     # shardId-3 has its first record: shardId-1 goes in that same write
-    c.before_planning(
+    planned(
+        c,
         Offset({sid("shardId-2"): Position.after("6"), sid("shardId-3"): Position.after("300"),
                 sid("shardId-4"): Position.trim_horizon()}),
         lambda: "end",

@@ -8,7 +8,7 @@ import pytest
 
 from kinesis_source.aws.kinesis import AsyncKinesis, ShardInfo
 from kinesis_source.driver.planner import Planner, plan_ranges
-from kinesis_source.driver.probe import ProbeResult, TailProber
+from kinesis_source.driver.probe import ProbeResult, TailProber, probe_all, settle_all
 from kinesis_source.errors import DataLossError
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import Offset, Position, ShardId, ShardRange, seq_key
@@ -169,7 +169,7 @@ def test_probe_all_covers_every_shard():
     shards = {f"sh{i}": FakeShard(log_of(50 + i, offset=i)) for i in range(5)}
     fake, kinesis, prober = prober_for(shards)
     starts = {ShardId("s", k): Position.trim_horizon() for k in shards}
-    results = asyncio.run(prober.probe_all(starts))
+    results = asyncio.run(probe_all(prober, starts))
     assert {k[1]: r.tip for k, r in results.items()} == {
         k: v.records[-1][0] for k, v in shards.items()
     }
@@ -298,14 +298,14 @@ def test_settle_all_finds_the_tip_behind_empty_pages_in_one_call():
     recs = log_of(20)
     fake, kinesis, prober = prober_for({"a": FakeShard(recs, gaps={0: 12}), "b": FakeShard(recs)})
     starts = {ShardId("s", "a"): Position.trim_horizon(), ShardId("s", "b"): Position.trim_horizon()}
-    results = asyncio.run(prober.settle_all(starts, pause_s=0))
+    results = asyncio.run(settle_all(prober, starts, pause_s=0))
     assert {k: r.tip for k, r in results.items()} == {k: recs[-1][0] for k in starts}
 
 
 def test_settle_all_gives_up_at_its_deadline_leaving_the_shard_pending():
     recs = log_of(20)
     fake, kinesis, prober = prober_for({"a": FakeShard(recs, gaps={0: 10_000})})
-    results = asyncio.run(prober.settle_all({ShardId("s", "a"): Position.trim_horizon()}, timeout_s=0))
+    results = asyncio.run(settle_all(prober, {ShardId("s", "a"): Position.trim_horizon()}, timeout_s=0))
     assert results[ShardId("s", "a")].pending and results[ShardId("s", "a")].tip is None
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kinesis_source.errors import DataLossError, RangeIncompleteError
-from kinesis_source.executor.polling import PAGE_JITTER, RangeReader
+from kinesis_source.executor.gate import PAGE_JITTER
+from kinesis_source.executor.polling import RangeReader
 from kinesis_source.positions import Position, ShardRange
 from kinesis_source.read_rate import (
     LEAD_BUILD_S,
@@ -270,8 +271,8 @@ def test_a_throttled_call_is_tried_again_when_the_byte_model_says(monkeypatch):
         waits.append(seconds)
         clock[0] += seconds
 
-    monkeypatch.setattr("kinesis_source.executor.polling.time.sleep", sleep)
-    monkeypatch.setattr("kinesis_source.executor.polling.time.time", lambda: clock[0])
+    monkeypatch.setattr("kinesis_source.executor.gate.time.sleep", sleep)
+    monkeypatch.setattr("kinesis_source.executor.gate.time.time", lambda: clock[0])
     reader = RangeReader(fake, ShardRange("s", "a", Position.trim_horizon(), recs[-1][0]), 10000, attempts=3)
     fake.throttle_next = 1  # another application took the shard's bytes
     seqs = [r["SequenceNumber"] for page in reader.pages() for r in page]
@@ -293,7 +294,7 @@ def test_a_throttled_call_is_tried_again_when_the_byte_model_says(monkeypatch):
 def test_throttles_past_the_attempts_fail_the_read(monkeypatch):
     recs = log_of(5)
     fake = FakeKinesis({"a": FakeShard(recs)})
-    monkeypatch.setattr("kinesis_source.executor.polling.time.sleep", lambda s: None)
+    monkeypatch.setattr("kinesis_source.executor.gate.time.sleep", lambda s: None)
     reader = RangeReader(fake, ShardRange("s", "a", Position.trim_horizon(), recs[-1][0]), 10000, attempts=3)
     fake.throttle_next = 3
     with pytest.raises(Exception, match="ProvisionedThroughputExceeded"):
@@ -320,8 +321,8 @@ def _paced_reader(monkeypatch, recs, size, end_at, level=0.0, records=None, **kw
 
     for name in ("time", "monotonic"):
         monkeypatch.setattr(f"kinesis_source.executor.polling.time.{name}", lambda: clock[0])
-    monkeypatch.setattr("kinesis_source.executor.polling.time.sleep", sleep)
-    monkeypatch.setattr("kinesis_source.executor.polling.random.random", lambda: 0.0)
+    monkeypatch.setattr("kinesis_source.executor.gate.time.sleep", sleep)
+    monkeypatch.setattr("kinesis_source.executor.gate.random.random", lambda: 0.0)
     rng = ShardRange("s", "a", Position.trim_horizon(), recs[-1][0])
     rate = RateState(level, clock[0], record_bytes=size + 1 if level else None)
     kw.setdefault("page_interval_s", 0.5)

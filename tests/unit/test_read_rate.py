@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from kinesis_source.executor.polling import PAGE_JITTER
+from kinesis_source.executor.gate import PAGE_JITTER
 from kinesis_source.read_rate import (
     CAP_BURST_S,
     LEAD_BUILD_S,
@@ -42,7 +42,7 @@ class KinesisBucket:
 def catch_up(backlog_records: int, cap: float | None = None, interval: float = 1.0,
              record_bytes: float | None = None, first_interval: float | None = None,
              build_s_per_mib: float = 0.0, lead: bool = False):
-    """A reader with the model reading a backlog, paced as ``RangeReader._pace`` paces (without
+    """A reader with the model reading a backlog, paced as ``ShardGate._pace`` paces (without
     its jitter): (seconds from the first to the last call with data, bytes read after the first
     call, refused calls, calls). Calls are ``first_interval`` apart up to the second, then
     ``interval``. The server takes ``build_s_per_mib`` to build a page and charges it when built,

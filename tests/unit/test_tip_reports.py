@@ -367,7 +367,7 @@ def test_ranges_get_their_size_when_reports_and_probes_saw_every_record():
         fake.shards["a"].records.extend(recs[10:16])
         # the executor read to record 9 and saw 6 more past it
         assert applied(address, [TipReport(A, recs[15][0], 0, "a|16|0", {}, recs[9][0], 6, 1, 1)])
-        tips = planner._tips
+        tips = planner.parts.tips
         nxt = planner.latest_offset(end)
         assert nxt.shards[A] == Position.after(recs[15][0])
         assert tips.count(A, end.shards[A], recs[15][0]) == 6
@@ -409,7 +409,7 @@ def test_ranges_between_reported_and_probed_records_get_an_estimated_size():
         end = planner.latest_offset(start)
         booked, address = planner.hand_over(plan_ranges(start, end))
         fake.shards["a"].records.extend(recs[10:16])
-        tips = planner._tips
+        tips = planner.parts.tips
         assert tips.entries[A].arrivals[recs[9][0]] == pytest.approx(recs[9][1])  # the probe's tip
         # a range of unknown size goes out with its end record's arrival, to time its last call
         assert booked[A][2] is None and booked[A][4] == pytest.approx(recs[9][1])
@@ -538,7 +538,7 @@ def test_an_available_now_range_goes_out_with_its_caps_arrival():
         start = Offset({A: Position.at_timestamp(datetime.fromtimestamp(recs[0][1] - 1, tz=timezone.utc))})
         end = planner.latest_offset(start)
         assert end.shards[A] == Position.after(recs[19][0])
-        assert planner._tips.arrival(A, recs[19][0]) is None  # the table's tips are newer
+        assert planner.parts.tips.arrival(A, recs[19][0]) is None  # the table's tips are newer
         booked, _ = planner.hand_over(plan_ranges(start, end))
         assert booked[A][2] is None and booked[A][4] == pytest.approx(recs[19][1])
     finally:
@@ -560,9 +560,9 @@ def test_an_available_now_runs_first_answer_starts_from_its_targets_probe():
         start = trim_horizon(A)
         end = planner.latest_offset(start)
         assert end.shards[A] == Position.after(recs[19][0])
-        assert planner._tips.arrival(A, recs[19][0]) == pytest.approx(recs[19][1])
+        assert planner.parts.tips.arrival(A, recs[19][0]) == pytest.approx(recs[19][1])
         # the table's probes go on from the target's tip, with the iterator it left there
-        wait_for(lambda: planner._tips.entries[A].tip == recs[39][0], timeout=10, what="a probe past the target")
+        wait_for(lambda: planner.parts.tips.entries[A].tip == recs[39][0], timeout=10, what="a probe past the target")
         assert fake.calls.count("GetShardIterator") == iterators
     finally:
         planner.close()
@@ -669,10 +669,10 @@ def test_a_reported_iterator_is_handed_on_only_while_young_enough_counted_from_i
         old = time.time() - HANDED_ITERATOR_TTL_S - 10
         fake.shards["a"].records = recs  # (unchanged) the report names the last record
         assert applied(address, [TipReport(A, recs[-1][0], 0, "a|30|0", {"GetRecords": [old]})])
-        assert planner._prober_ready().opener(A, Position.after(recs[-1][0])) is None
+        assert planner.parts.prober.opener(A, Position.after(recs[-1][0])) is None
         fresh = time.time()
         assert applied(address, [TipReport(A, recs[-1][0], 0, "a|30|0", {"GetRecords": [fresh]})])
-        assert planner._prober_ready().opener(A, Position.after(recs[-1][0])) == ("a|30|0", None)
+        assert planner.parts.prober.opener(A, Position.after(recs[-1][0])) == ("a|30|0", None)
     finally:
         planner.close()
 

@@ -172,12 +172,14 @@ def test_answers_patched_from_the_last_one_equal_the_full_computation(monkeypatc
                          getRecordsPerShardPerSecond="5", failOnDataLoss="false")
 
     async def patched_then_full(start):
-        fast = planner._patched(start, None) or await planner._probe(start, None)
-        fast_lag, kept = planner.stats()["shards"], planner._last
-        planner._last = None
-        full = await planner._probe(start, None)
+        latest = planner.parts.latest
+        assert latest is not None
+        fast = latest.patched(start, None) or await latest.full(start, None)
+        fast_lag, kept = planner.stats()["shards"], latest.last
+        latest.last = None
+        full = await latest.full(start, None)
         assert fast_lag == planner.stats()["shards"], "the progress report's lag differs"
-        planner._last = kept
+        latest.last = kept
         return fast, full
 
     try:
@@ -219,7 +221,7 @@ def test_closing_stops_the_probes_in_flight():
         started.append(1)
         await asyncio.sleep(3600)
 
-    planner._prober_ready().probe = stuck  # the next probe hangs, as on a dead connection
+    planner.parts.prober.probe = stuck  # the next probe hangs, as on a dead connection
     wait_for(lambda: started, timeout=10, what="a probe in flight")
     pending = []
 
