@@ -248,7 +248,8 @@ class PacedKinesis(AsyncKinesis):
         self, client, budget: CallBudget, byte_budget: ByteBudget | None = None, attempts: int = 11,
         arns: Mapping[str, str] | None = None,
     ) -> None:
-        """``byte_budget``: the shards' byte models (None: a fresh ledger without a cap);
+        """``byte_budget``: the rules of the shards' byte models (None: without a cap, on the
+        budget's shard records);
         ``attempts``: most tries of a throttled ``GetRecords`` (``maxRetries`` + 1); ``arns``:
         the streams given by ARN."""
         super().__init__(client, arns)

@@ -36,8 +36,6 @@ from kinesis_source.positions import Offset, Position, ShardId
 log = logging.getLogger(__name__)
 
 
-
-
 @dataclass(frozen=True)
 class _Write:
     """An eager write under way: what it writes, and its ``TransactWriteItems`` calls when done

@@ -130,7 +130,8 @@ class TipTable:
         for key, _ in list(self._shards.viewed()):
             if key not in starts:
                 if forget:
-                    self._prober.forget(key)  # (and with it the shard's whole record)
+                    self._prober.forget(key)  # (its totals count what the record held)
+                    self._shards.forget(key)  # (the prober's registry is this one in a run)
                 else:
                     self._shards.state(key).view = None
         for key, start in starts.items():

@@ -247,7 +247,8 @@ def test_new_records_wait_for_the_read_budget_in_the_table_not_in_a_sleeping_tas
     fake = TimedFake({"a": shard})
     planner = planner_on(fake, minProbeIntervalMs="20", maxIdleProbeIntervalMs="40",
                          getRecordsPerShardPerSecond="1", tipReports="false")  # no executor reports here
-    planner._kinesis = PacedKinesis(AsyncFake(fake), planner.budget)  # the driver's calls count too
+    # the driver's calls count too
+    planner._kinesis = PacedKinesis(AsyncFake(fake), planner.budget, planner.byte_budget)
     try:
         start = trim_horizon(A)
         # A run's first answer holds nothing back (it may be a Trigger.Once run's only batch):
