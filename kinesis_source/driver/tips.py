@@ -32,7 +32,7 @@ module says what the views are asked and when they are made.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from kinesis_source.driver.budget import ByteBudget, CallBudget
 from kinesis_source.driver.carried import run_cap
@@ -68,7 +68,6 @@ class TipTable:
         """``carry``: keep what probes and reports read past known records for the ranges that
         start there (not when the ranges are read by fan-out)."""
         self._prober = prober
-        self._budget = budget
         self._shards = budget.shards
         # latestOffset's patched answer reads the views from Spark's thread while the loop's
         # probes and reports change them (see driver/planner.py)
@@ -295,7 +294,3 @@ class TipTable:
     async def progress(self, timeout_s: float) -> None:
         """Wait for the next probe to finish (or ``timeout_s``)."""
         await self.rounds.progress(timeout_s)
-
-    def views(self) -> Iterator[tuple[ShardId, ShardTip]]:
-        """The tracked shards and their views."""
-        return self._shards.viewed()

@@ -5,7 +5,6 @@ set or list keyed by shard, beside the listed snapshots Spark was handed."""
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from kinesis_source.driver.answers import LastAnswer
 from kinesis_source.driver.available_now import Target
@@ -90,7 +89,6 @@ def test_every_per_shard_fact_of_the_driver_is_in_the_shards_record():
         assert applied(address, [TipReport(A, recs[19][0], 0, "a|20|0", end=recs[9][0], past=10)])
         wait_for(lambda: planner.latest_offset(end).shards[A] == Position.after(recs[19][0]),
                  timeout=10, what="the reported tip")
-        time.sleep(0.1)  # (a few probe rounds more)
         found = shard_keyed_attributes(planner)
         assert isinstance(planner.shards, ShardStates) and planner.shards.get(A) is not None
         assert isinstance(planner.parts.latest.last, LastAnswer)  # the patched answers ran
