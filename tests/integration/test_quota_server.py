@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import socket
 import threading
 import time
 from collections import Counter
@@ -13,7 +15,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from tests.support.producer import Producer
-from tests.support.proxy import FaultProxy
+from tests.support.proxy import TRUNCATED, FaultProxy
 from tests.support.quota import LIMIT_EXCEEDED, MIB, Feeder, QuotaProxy, Quotas
 from tests.support.waiting import wait_for
 
@@ -160,6 +162,28 @@ def test_get_records_are_counted_against_their_shard_and_client_kind(kinesis, ki
     assert {s.shard for s in q.calls("GetRecords")} == {(stream, shards[0])}
     assert {s.client for s in q.calls("GetRecords")} == {"sync"}
     assert all(shard == shards[0] for shard, _, _ in feed.sent)
+
+
+def test_a_request_cut_short_by_its_clients_death_is_not_counted_as_a_call(kinesis_backend, make_stream):
+    """A client SIGKILLed between its header and body writes leaves a body shorter than its
+    Content-Length. No server acts on it: it is marked truncated, answered by a closed
+    connection, and not taken for a call that named no shard (which would hide a real one)."""
+    stream = make_stream(1)
+    body = json.dumps({"StreamName": stream, "ShardId": "shardId-000000000000",
+                       "ShardIteratorType": "LATEST"}).encode()
+    with QuotaProxy(kinesis_backend) as q:
+        port = int(q.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(
+                b"POST / HTTP/1.1\r\nHost: x\r\nX-Amz-Target: Kinesis_20131202.GetShardIterator\r\n"
+                b"Content-Type: application/x-amz-json-1.1\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:10]
+            )
+            sock.shutdown(socket.SHUT_WR)  # the client is gone mid-body
+            assert sock.recv(1024) == b""  # closed without an answer
+        wait_for(lambda: q.calls("GetShardIterator"), timeout=5, interval=0.05, what="the cut request seen")
+        assert [s.injected for s in q.calls("GetShardIterator")] == [TRUNCATED]
+        assert q.unattributed() == []
 
 
 # -- writes ---------------------------------------------------------------------------------------

@@ -59,6 +59,9 @@ from tests.support.put_records import (
 
 _KEY_RE = re.compile(r"Credential=([^/]+)/")
 DROPPED = "dropped"  # ``Seen.injected`` of a request dropped while ``down``
+# ``Seen.injected`` of a request whose body ended before its Content-Length: the client died
+# between its header and body writes (a SIGKILL). No server would act on it, so neither does this.
+TRUNCATED = "truncated"
 NOT_FOUND = "ResourceNotFoundException"
 
 
@@ -339,8 +342,8 @@ class FaultProxy:
                 call = Seen(
                     op, key and key.group(1), client="async" if "aiobotocore" in agent else "sync", at=time.monotonic()
                 )
-                if proxy.down:
-                    proxy._record(dataclasses.replace(call, injected=DROPPED))
+                if proxy.down or len(body) < length:
+                    proxy._record(dataclasses.replace(call, injected=DROPPED if proxy.down else TRUNCATED))
                     self.close_connection = True
                     return
                 if proxy.latency:

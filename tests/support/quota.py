@@ -51,7 +51,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from tests.support.proxy import FaultProxy, Seen, _error, _request, _stream_of
+from tests.support.proxy import TRUNCATED, FaultProxy, Seen, _error, _request, _stream_of
 from tests.support.put_records import THROTTLED, hash_key, record_bytes, record_error
 
 LIMIT_EXCEEDED = "LimitExceededException"
@@ -383,8 +383,12 @@ class QuotaProxy(FaultProxy):
 
     def unattributed(self) -> list[Seen]:
         """The ``GetRecords`` and ``GetShardIterator`` calls counted against no shard (an
-        iterator this server never handed out, a request naming no stream)."""
-        return [s for s in self.calls() if s.operation in ("GetRecords", "GetShardIterator") and s.shard is None]
+        iterator this server never handed out, a request naming no stream). A request cut short by
+        its client's death is not a call: it never reached a server."""
+        return [
+            s for s in self.calls()
+            if s.operation in ("GetRecords", "GetShardIterator") and s.shard is None and s.injected != TRUNCATED
+        ]
 
     def __exit__(self, *exc) -> None:
         super().__exit__(*exc)
