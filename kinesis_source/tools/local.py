@@ -1,4 +1,5 @@
-"""An embedded local AWS endpoint: a moto server subprocess on a free 127.0.0.1 port.
+"""An embedded local AWS endpoint: a moto server subprocess on a free 127.0.0.1 port (with
+Kinesis writes made one at a time: ``tools/moto_server.py``).
 
 Used by the demo and the tests. moto serves Kinesis and DynamoDB from one process; it is an
 optional dependency (the ``local`` extra).
@@ -61,7 +62,7 @@ class LocalEndpoint:
     def start(self) -> LocalEndpoint:
         """Start the server and wait until it answers HTTP."""
         port = self._requested_port or free_port()
-        cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        cmd = [sys.executable, "-m", "kinesis_source.tools.moto_server", "127.0.0.1", str(port)]
         # moto logs every request: a file, not a pipe nobody drains (a full pipe blocks it).
         self._log = tempfile.TemporaryFile()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._log)
