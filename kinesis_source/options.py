@@ -195,11 +195,22 @@ class SourceOptions(ConnectionOptions):
         "string",
         "polling",
         "`polling` reads with `GetRecords` (shares the shard's 2 MB/s with other readers); "
-        "`efo` reads each range with enhanced fan-out `SubscribeToShard` through a registered "
-        "consumer (its own 2 MB/s per shard; costs extra). Kinesis refuses a new subscription "
-        "of one consumer and shard within 5 s of the last, and each batch's range of a shard is "
-        "one: a shard read by fan-out joins a batch at most every 5 s.",
+        "`efo` reads with enhanced fan-out `SubscribeToShard` through a registered consumer "
+        "(its own 2 MB/s per shard, pushed; costs extra): see `efoSubscriptions`.",
         one_of("polling", "efo"),
+    )
+    efo_subscriptions: str = option(
+        "efoSubscriptions",
+        "string",
+        "query",
+        "With `consumerMode=efo`: `query` keeps one subscription per shard in the driver for "
+        "the query's life (renewed when Kinesis ends it), and hands each batch's range its "
+        "records in the task, so each record is received once and a batch follows the records "
+        "within milliseconds; a range the driver does not hold (a batch replayed after a "
+        "restart) is read by its executor. `range` subscribes once per batch's range on the "
+        "executor: Kinesis refuses a shard's subscription within 5 s of the last, so a shard "
+        "joins a batch at most every 5 s. See docs/architecture.md.",
+        one_of("query", "range"),
     )
     consumer_name: str | None = option(
         "consumerName",
@@ -230,7 +241,8 @@ class SourceOptions(ConnectionOptions):
         "efoTipWatch",
         "bool",
         True,
-        "With `consumerMode=efo` (and `tipReports`): a read's subscription goes on after its "
+        "With `consumerMode=efo`, `efoSubscriptions=range` (and `tipReports`): a read's "
+        "subscription goes on after its "
         "range and reports each new record's sequence number to the driver, so the driver "
         "learns the shards' tips without `GetRecords` (whose 5 calls/s per shard every polling "
         "application of the stream shares). The records that arrive between two batches, about "
@@ -350,6 +362,11 @@ class SourceOptions(ConnectionOptions):
         """Stream name -> ARN, for the streams given by ARN."""
         # the names were taken from the ARNs, in their order
         return dict(zip(self.stream_names, self.stream_arns, strict=True)) if self.stream_arns else {}
+
+    @property
+    def holds_subscriptions(self) -> bool:
+        """Fan-out with the driver holding each shard's subscription (``driver/feeds.py``)."""
+        return self.consumer_mode == "efo" and self.efo_subscriptions == "query"
 
     @property
     def executor_page_interval_s(self) -> float:

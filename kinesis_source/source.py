@@ -230,6 +230,8 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         else:
             begin = self._known_end or self.start.initial_offset()
         entering = self.start.entering(begin)
+        if self._opts.holds_subscriptions:
+            planner.subscribe_with(self._consumer_arns())
         # (without ``start`` nothing is known to be in the sink: no commit)
         with self.checkpointer.committing(begin) if start is not None else nullcontext():
             if entering:
@@ -288,19 +290,26 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
             settings = settings.silent_for_at_most(self._opts.subscribe_timeout_ms / 1000)
         self._known_end = self._offset(end)
         ranges = plan_ranges(self._offset(start), self._known_end)
-        arns: dict[str, str] = {}
-        if ranges and self._opts.consumer_mode == "efo":
-            if self._consumers is None:
-                from kinesis_source.driver.consumers import Consumers
-
-                self._consumers = Consumers(self._opts, self.checkpointer.app)
-            arns = self._consumers.arns()
+        arns = self._consumer_arns() if ranges and self._opts.consumer_mode == "efo" else {}
         hashes = self.planner.hash_ranges() if ranges else {}
         booked, report_to = self.planner.hand_over(ranges) if ranges else ({}, None)
         unplanned = (None, 0.0, None, None, None, (), None)
-        reads = [ShardRead(r, arns.get(r.stream), hashes.get(r.shard), *booked.get(r.shard, unplanned)) for r in ranges]
+        reads = []
+        for r in ranges:
+            booking = booked.get(r.shard, unplanned)
+            # (fan-out: a range the driver's subscription received goes whole, read by no call)
+            arn = arns.get(r.stream) if not booking[5] else None
+            reads.append(ShardRead(r, arn, hashes.get(r.shard), *booking))
         per_task = shards_per_task(len(reads), self._opts.shards_per_task, self._parallelism)
         return [RangePartition.of(task, settings, self._opts, report_to) for task in group(reads, per_task)]
+
+    def _consumer_arns(self) -> dict[str, str]:
+        """Each stream's EFO consumer ARN (registered and waited for on first use)."""
+        if self._consumers is None:
+            from kinesis_source.driver.consumers import Consumers
+
+            self._consumers = Consumers(self._opts, self.checkpointer.app)
+        return self._consumers.arns()
 
     def read(self, partition: RangePartition) -> Iterator[Any]:  # type: ignore[override]
         """Replay a task's ranges, each in order, as Arrow batches (runs on an executor)."""

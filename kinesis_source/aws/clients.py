@@ -197,8 +197,9 @@ class AwsSettings:
         except Exception as exc:  # noqa: BLE001 - reworded below, original chained
             raise _config_error(service, exc) from exc
 
-    async def aio_client(self, service: str) -> Any:
-        """A new entered aiobotocore client; the caller closes it with ``__aexit__``."""
+    async def aio_client(self, service: str, pool: int = _ASYNC_POOL) -> Any:
+        """A new entered aiobotocore client (at most ``pool`` connections open); the caller
+        closes it with ``__aexit__``."""
         from aiobotocore.config import AioConfig
         from aiobotocore.credentials import (
             AioAssumeRoleCredentialFetcher,
@@ -212,7 +213,7 @@ class AwsSettings:
             connect_timeout=base.connect_timeout,
             read_timeout=base.read_timeout,
             parameter_validation=base.parameter_validation,
-            max_pool_connections=_ASYNC_POOL,
+            max_pool_connections=pool,
         )
         try:
             source = self._base_session(AioSession(profile=self.profile), aio=True)

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from kinesis_source.aws.kinesis import HANDED_ITERATOR_TTL_S
-from kinesis_source.positions import seq_key
+from kinesis_source.positions import AFTER, Position, seq_key
 from kinesis_source.read_rate import page_bytes
 
 # Most bytes one shard's run holds on the driver (it goes out with the next batch's partition)...
@@ -37,13 +37,19 @@ def run_cap(shards: int) -> int:
 @dataclass
 class CarriedRun:
     """The records that follow record ``after`` in one shard, in order, and an iterator that
-    reads on right after the last of them (None: not known), received at ``iterator_at``."""
+    reads on right after the last of them (None: not known), received at ``iterator_at``.
+
+    With ``origin`` (a position without a record: ``TRIM_HORIZON``, ``AT_TIMESTAMP:...``), the
+    records that a read opened there returned instead (``after`` is then empty): what the
+    driver's fan-out subscription opened at a batch's start received (``driver/feeds.py``).
+    """
 
     after: str
     records: list[dict]
     next_iterator: str | None
     size: int = field(default=0)
     iterator_at: float = field(default_factory=time.monotonic)
+    origin: str | None = None
 
     def __post_init__(self) -> None:
         self.size = page_bytes(self.records)
@@ -52,6 +58,18 @@ class CarriedRun:
     def last(self) -> str:
         """The run's last record (``after`` when it holds none)."""
         return self.records[-1]["SequenceNumber"] if self.records else self.after
+
+    def starts(self, start: Position) -> bool:
+        """True when a range from ``start`` begins where this run does."""
+        if self.origin is not None:
+            return start.to_str() == self.origin
+        return start.kind == AFTER and start.sub_seq is None and start.seq == self.after
+
+    def append(self, records: list[dict]) -> None:
+        """Records that follow the last one, from the one reader that feeds the run (the
+        driver's subscription of the shard): kept in place, not copied."""
+        self.records.extend(records)
+        self.size += page_bytes(records)
 
     def extended(self, after: str, records: list[dict], next_iterator: str | None, cap: int,
                  made: float | None = None) -> CarriedRun | None:

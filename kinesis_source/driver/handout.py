@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
+from kinesis_source.aws.subscribe import DRIVER_GAP_S
 from kinesis_source.driver.available_now import Target
 from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, ByteBudget, CallBudget
 from kinesis_source.driver.probe import TailProber
@@ -26,6 +28,9 @@ from kinesis_source.options import SourceOptions
 from kinesis_source.positions import Position, ShardId, ShardRange
 from kinesis_source.read_rate import RateState
 from kinesis_source.tip_reports import ReportAddress
+
+if TYPE_CHECKING:
+    from kinesis_source.driver.feeds import Feeds
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +45,6 @@ READ_HOLD_S = 3600.0
 MISSING_WARN = 3
 # A shard's new records join a batch only if its executor read can start within this.
 HOLD_SLACK_S = 0.05
-# Fan-out: Kinesis refuses a shard's subscription within 5 s of its last one; a little more, as
-# the driver learns the last one's time from another process's clock.
-SUBSCRIBE_GAP_S = 5.1
 
 # What an executor read gets from planning: the iterator and first record the probe found at
 # the range's start (or None), the wall-clock time its first call is booked for, how many
@@ -76,11 +78,19 @@ class HandOut:
         records wait for a later batch (and its probes with them: ``TipTable.hold``, which the
         caller applies on the loop). Reads the shard's record only: Spark's thread asks too."""
         if self._opts.consumer_mode == "efo":
+            state = self._shards.get(sid)
+            if state is None:
+                return False
+            with self._shards.lock:  # (the run grows on the loop)
+                view = state.view
+                if state.feed is not None and view is not None and view.run is not None and view.run.starts(start):
+                    # the driver's subscription holds the range's first records: the rest are
+                    # on their way (a report or a seed named a newer tip), and the range goes whole
+                    return not view.carries(start)
             # Subscriptions do not spend the polling budget, but Kinesis refuses a shard's next
             # one within 5 s of the last: the range waits here (probes go on, so its end is
             # fresh when it goes) instead of in a task retrying refused calls.
-            state = self._shards.get(sid)
-            return state is not None and time.time() < state.subscribed_at + SUBSCRIBE_GAP_S
+            return time.time() < state.subscribed_at + DRIVER_GAP_S
         if self._tips.carries(sid, start):
             return False  # the range goes to its executor whole: no call to wait for
         now = time.monotonic()
@@ -89,6 +99,27 @@ class HandOut:
             free = max(free, self._budget.free_at(sid, GET_SHARD_ITERATOR, now=now))
         bytes_wait = self._byte_budget.wait_s(sid, self._opts.executor_page_interval_s)
         return free > now + HOLD_SLACK_S or bytes_wait > HOLD_SLACK_S
+
+    def hand_over_held(self, ranges: list[ShardRange], address: ReportAddress | None,
+                       feeds: Feeds) -> dict[ShardId, Booking]:
+        """Fan-out with the driver's subscriptions: each range whose records the shard's run
+        holds goes whole in its partition (no call); any other is read by its executor's own
+        subscription, and the driver subscribes again after it (``driver/feeds.py``)."""
+        out: dict[ShardId, Booking] = {}
+        subscribing = []
+        for rng in ranges:
+            carried = self._tips.carry(rng.shard, rng.start, rng.end_seq)
+            if carried is not None and carried[1]:
+                out[rng.shard] = (None, 0.0, None, None, None, carried[0], None)
+                self.carried_ranges += 1
+                self.carried_records += len(carried[0])
+                feeds.taken(rng.shard)
+            else:
+                subscribing.append(rng)
+        self.subscribing(subscribing, address)
+        for rng in subscribing:
+            feeds.handed(rng.shard, rng.end_seq)
+        return out
 
     def subscribing(self, ranges: list[ShardRange], address: ReportAddress | None) -> None:
         """Fan-out reads of ``ranges`` subscribe after now (their reports bring the actual

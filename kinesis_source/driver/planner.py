@@ -20,6 +20,7 @@ from kinesis_source.aws.clients import AwsSettings
 from kinesis_source.aws.kinesis import AsyncKinesis, ShardInfo
 from kinesis_source.driver.available_now import Target, find_target
 from kinesis_source.driver.budget import GET_RECORDS, GET_SHARD_ITERATOR, ByteBudget, CallBudget, PacedKinesis
+from kinesis_source.driver.feeds import Feeds
 from kinesis_source.driver.handout import Booking, HandOut
 from kinesis_source.driver.latest import LatestOffsets
 from kinesis_source.driver.listing import ShardListing
@@ -49,6 +50,7 @@ class Parts:
     tips: TipTable
     handout: HandOut
     latest: LatestOffsets
+    feeds: Feeds | None = None  # fan-out with the driver's subscriptions (efoSubscriptions=query)
     started: bool = False  # the background probing and discovery run
 
 
@@ -103,8 +105,24 @@ class Planner:
                             carry=opts.consumer_mode != "efo", byte_budget=self.byte_budget)
             handout = HandOut(opts, self.shards, self.budget, self.byte_budget, tips, prober)
             latest = LatestOffsets(opts, self._loop, kinesis, self._listing, prober, tips, handout)
-            self.parts = Parts(kinesis, prober, tips, handout, latest)
+            feeds = None
+            if opts.holds_subscriptions:
+                feeds = tips.feeds = Feeds(self.shards, tips.rounds, AwsSettings.for_kinesis(opts).failing_fast(),
+                                           opts.subscribe_timeout_ms / 1000, self._listing.stale)
+            self.parts = Parts(kinesis, prober, tips, handout, latest, feeds)
         return self.parts
+
+    def subscribe_with(self, arns: Mapping[str, str]) -> None:
+        """Fan-out with the driver's subscriptions: the streams' consumers (registered by the
+        caller) are known, so the shards the table tracks are subscribed to."""
+        parts = self.parts
+        if parts is None or parts.feeds is None or parts.feeds.arns != dict(arns):
+            self._loop.run(self._subscribe_with(dict(arns)))
+
+    async def _subscribe_with(self, arns: dict[str, str]) -> None:
+        parts = await self._made()
+        if parts.feeds is not None:
+            parts.feeds.use(arns)
 
     async def _running(self) -> Parts:
         """The parts, with the background tasks that keep the tip table and the listing fresh."""
@@ -150,6 +168,8 @@ class Planner:
         async def close_client() -> None:
             if self._listener is not None:
                 self._listener.close()
+            if self.parts is not None and self.parts.feeds is not None:
+                await self.parts.feeds.close()
             if self._kinesis is not None:
                 await self._kinesis.close()
                 self._kinesis = None
@@ -256,6 +276,8 @@ class Planner:
     async def _hand_over(self, ranges: list[ShardRange]) -> tuple[dict[ShardId, Booking], ReportAddress | None]:
         parts = await self._running()  # (a batch replayed after a restart is handed out first)
         address = await self._report_address(parts.tips)
+        if parts.feeds is not None:
+            return parts.handout.hand_over_held(ranges, address, parts.feeds), address
         if self._opts.consumer_mode == "efo":
             parts.handout.subscribing(ranges, address)
             return {}, address
@@ -292,8 +314,20 @@ class Planner:
             # booked reads whose report never came (executors that cannot reach tipReportHost)
             "tipReportsMissing": handout.missing if handout else 0,
             "watchedShards": tips.watched_count() if tips else 0,
+            **_feed_stats(parts.feeds if parts is not None else None),
             "shards": parts.latest.shard_lag() if parts is not None else {},
         }
+
+
+def _feed_stats(feeds: Feeds | None) -> dict[str, int]:
+    """The driver's own fan-out subscriptions (``efoSubscriptions=query``): shards held, calls
+    that subscribed and that Kinesis refused, shards given up to executors, what was received."""
+    if feeds is None:
+        return {}
+    return {"heldShards": feeds.held(), "driverSubscriptions": feeds.subscriptions,
+            "driverSubscriptionsRefused": feeds.refused, "heldGivenUp": feeds.given_up,
+            "driverEventsReceived": feeds.events, "driverRecordsReceived": feeds.records,
+            "driverBytesReceived": feeds.bytes}
 
 
 def plan_ranges(start: Offset, end: Offset) -> list[ShardRange]:

@@ -111,6 +111,12 @@ class ProbeRounds:
                 except asyncio.TimeoutError:
                     return
 
+    async def notify(self) -> None:
+        """Wake whoever waits for a view's answer (a subscription's event answered it)."""
+        changed = self._condition()
+        async with changed:
+            changed.notify_all()
+
     async def progress(self, timeout_s: float) -> None:
         """Wait for the next probe to finish (or ``timeout_s``)."""
         changed = self._condition()
@@ -198,9 +204,7 @@ class ProbeRounds:
         self.probes += 1
         with self._shards.lock:
             self.probed(key, view, start, result)
-        changed = self._condition()
-        async with changed:
-            changed.notify_all()
+        await self.notify()
 
     def _failed(self, exc: BaseException) -> None:
         with self._shards.lock:

@@ -23,6 +23,7 @@ from kinesis_source.positions import ShardId
 
 if TYPE_CHECKING:  # (the parts import this module; it needs their types only for annotations)
     from kinesis_source.driver.budget import _Window
+    from kinesis_source.driver.feeds import Feed
     from kinesis_source.driver.probe import ProbeResult
     from kinesis_source.driver.tip_view import ShardTip
     from kinesis_source.read_rate import ShardBytes
@@ -47,6 +48,8 @@ class ShardState:
     # The executor read handed out and not yet reported: its range's end and its booked calls.
     booking: tuple[str, dict[str, list[float]]] | None = None
     subscribed_at: float = 0.0  # fan-out: the last subscription (wall clock)
+    # -- the driver's fan-out subscription of the shard (``driver/feeds.py``) --
+    feed: Feed | None = None
     # -- bytes (``driver/budget.py``) --
     bytes: ShardBytes | None = None
     # -- iterators (``driver/probe.py``) --

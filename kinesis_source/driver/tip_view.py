@@ -177,9 +177,9 @@ class ShardTip:
     def carries(self, start: Position) -> bool:
         """True when the run holds every record from ``start`` to the tip."""
         run = self.run
-        if run is None or self.tip is None or start.kind != AFTER:
+        if run is None or self.tip is None or not run.starts(start) or not run.last:
             return False
-        return start.sub_seq is None and start.seq == run.after and seq_key(run.last) >= seq_key(self.tip)
+        return seq_key(run.last) >= seq_key(self.tip)
 
     # -- fan-out watches -------------------------------------------------------------------
 

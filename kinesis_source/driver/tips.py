@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from kinesis_source.driver.budget import ByteBudget, CallBudget
 from kinesis_source.driver.carried import run_cap
@@ -40,7 +41,10 @@ from kinesis_source.driver.probe import WARM_READ_BYTES, ProbeResult, TailProber
 from kinesis_source.driver.probe_rounds import ProbeRounds
 from kinesis_source.driver.reported import Reports
 from kinesis_source.driver.tip_view import EXACT_READ_BYTES_PER_S, ShardTip, before
-from kinesis_source.positions import AFTER, Position, ShardId
+from kinesis_source.positions import Position, ShardId
+
+if TYPE_CHECKING:  # (feeds.py imports the parts this module makes)
+    from kinesis_source.driver.feeds import Feeds
 
 __all__ = ["EXACT_READ_BYTES_PER_S", "ShardTip", "TipTable"]
 
@@ -76,6 +80,8 @@ class TipTable:
                                   on_ended, carry)
         self.reported = Reports(self._shards, self.rounds, prober, budget,
                                 byte_budget if byte_budget is not None else ByteBudget(None, self._shards))
+        # fan-out with the driver's subscriptions: told when views are seeded and dropped
+        self.feeds: Feeds | None = None
 
     @property
     def error(self) -> BaseException | None:
@@ -128,6 +134,8 @@ class TipTable:
         fresh = []
         for key, _ in list(self._shards.viewed()):
             if key not in starts:
+                if self.feeds is not None:
+                    self.feeds.dropped(key)
                 if forget:
                     self._prober.forget(key)  # (its totals count what the record held)
                     self._shards.forget(key)  # (the prober's registry is this one in a run)
@@ -139,6 +147,8 @@ class TipTable:
                 view = state.view = ShardTip(seed=start, due=time.monotonic())
                 state.carried_whole = False
                 self.rounds.schedule(key, view)
+                if self.feeds is not None:
+                    self.feeds.seeded(key, view)
                 seeded, state.found = state.found, None
                 if seeded is not None and before(start, seeded.tip):
                     # as if its first probe had found it: the next one goes on from that tip
@@ -223,7 +233,7 @@ class TipTable:
             if state is None or view is None:
                 return None
             run, view.run = view.run, None
-            if run is None or start.kind != AFTER or start.sub_seq is not None or start.seq != run.after:
+            if run is None or not run.starts(start):
                 state.carried_whole = False
                 return None  # (a run that this range does not start is dropped)
             records, whole, next_iterator, view.run = run.take(end_seq)

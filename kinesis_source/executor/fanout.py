@@ -24,15 +24,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from botocore.eventstream import ParserError
-from botocore.exceptions import ClientError, HTTPClientError
-from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import ClientError
 from tenacity import (
     Retrying,
     retry_if_exception,
     stop_after_attempt,
     wait_exponential,
 )
-from urllib3.exceptions import HTTPError as Urllib3Error
 
 from kinesis_source.aws.clients import error_code
 from kinesis_source.aws.kinesis import (
@@ -42,6 +40,13 @@ from kinesis_source.aws.kinesis import (
     NOT_FOUND,
     missing_shard_or_stream,
     readable_error,
+)
+from kinesis_source.aws.subscribe import (
+    CALL_GAP_S,
+    IN_USE_GAP_S,
+    event_ended,
+    recoverable,
+    starting_position,
 )
 from kinesis_source.errors import (
     KinesisSourceError,
@@ -56,52 +61,11 @@ from kinesis_source.tip_reports import WATCH_LIVE, ReportAddress, TipReport
 log = logging.getLogger(__name__)
 
 
-# Errors of a subscription that a new subscription can get past.
-_RECOVERABLE_CODES = {
-    "InternalFailureException",
-    "InternalFailure",
-    "ServiceUnavailable",
-    IN_USE,
-    LIMIT_EXCEEDED,  # one SubscribeToShard per second per consumer and shard
-    "KMSThrottlingException",
-}
-
-
-# Kinesis refuses a SubscribeToShard of one consumer and shard within 5 s of the last
-# successful one (ResourceInUseException), and takes one such call per second
-# (LimitExceededException): a refused call is tried again a second later, not on a backoff.
-IN_USE_GAP_S = 5.0
-CALL_GAP_S = 1.0
-
 # When this process last subscribed, per (consumer ARN, shard): Spark reuses its Python
 # workers, so a shard's next range (or a resubscription within a range) often runs here, and
 # waits out the 5 s itself instead of being refused.
 _last_subscribed: dict[tuple[str, str], float] = {}
 _last_lock = threading.Lock()
-
-
-def starting_position(position: Position) -> dict[str, Any]:
-    """``SubscribeToShard``'s ``StartingPosition`` for a position (as ``GetShardIterator``'s
-    arguments would open it)."""
-    args = position.iterator_args()
-    out: dict[str, Any] = {"Type": args["ShardIteratorType"]}
-    if "StartingSequenceNumber" in args:
-        out["SequenceNumber"] = args["StartingSequenceNumber"]
-    if "Timestamp" in args:
-        out["Timestamp"] = args["Timestamp"]
-    return out
-
-
-def _recoverable(exc: BaseException) -> bool:
-    if isinstance(exc, SubscriptionEndedEarly):
-        return True
-    if isinstance(exc, ClientError):
-        return error_code(exc) in _RECOVERABLE_CODES
-    # A connection reset or timeout in the middle of the event stream: botocore reads the
-    # stream through urllib3 directly, so these are not wrapped (nor retried) by botocore.
-    return isinstance(
-        exc, (HTTPClientError, BotoConnectionError, Urllib3Error, ConnectionError, TimeoutError)
-    )
 
 
 class SubscribeRangeReader(RangeReaderBase):
@@ -298,7 +262,7 @@ class SubscribeRangeReader(RangeReaderBase):
         """The next ``SubscribeToShardEvent``, or None when there is none to process (the
         subscription ended normally: the caller asks again, which resubscribes)."""
         retrying = Retrying(
-            retry=retry_if_exception(_recoverable),
+            retry=retry_if_exception(recoverable),
             stop=stop_after_attempt(self._max_attempts),
             wait=self._wait,
             before_sleep=self._on_retry,
@@ -337,9 +301,7 @@ class SubscribeRangeReader(RangeReaderBase):
         if event is None:
             return None
         behind = int(event.get("MillisBehindLatest") or 0)
-        # Kinesis puts a sequence number in every event of an open shard; a null one (which
-        # botocore's parser leaves out) is the shard's end, with or without ChildShards.
-        ended = bool(event.get("ChildShards")) or event.get("ContinuationSequenceNumber") is None
+        ended = event_ended(event)
         return RawPage(
             event.get("Records") or [],
             shard_ended=ended,

@@ -81,7 +81,9 @@ class RangePartition(InputPartition):
             report_to,
             opts.max_read_rate_per_shard,
             1.0 / opts.get_records_per_shard_per_second if report_to is not None else None,
-            opts.efo_tip_watch and opts.consumer_mode == "efo" and report_to is not None,
+            # (a subscription the driver holds reports the tips itself)
+            opts.efo_tip_watch and opts.consumer_mode == "efo" and not opts.holds_subscriptions
+            and report_to is not None,
         )
 
     @property

@@ -252,6 +252,8 @@ class EfoServer:
         # Whether a CREATING consumer refuses DeregisterStreamConsumer (not documented by AWS).
         self.refuse_deregistering_creating = False
         self.subscribe_calls: list[SubscribeCall] = []
+        # records pushed to subscribers, and their data bytes (what fan-out's retrieval bills)
+        self.sent_records = self.sent_bytes = 0
         self.calls: dict[str, int] = {}
         self._errors: list[list[Any]] = []  # [code, after_events, times left]
         self.injected: dict[str, int] = {}  # faults that happened, by code (or drop/stall)
@@ -495,12 +497,18 @@ class EfoServer:
                 else:
                     event["MillisBehindLatest"] = self.end_behind_ms
                 event["ContinuationSequenceNumber"] = None
+                with self._lock:
+                    self.sent_records += len(records)
+                    self.sent_bytes += sum(len(r["Data"]) for r in records)
                 yield encode_event("SubscribeToShardEvent", event)
                 return
             now = time.monotonic()
             if records or (behind == 0 and now - last_sent >= self.heartbeat_s):
                 events += 1
                 last_sent = now
+                with self._lock:
+                    self.sent_records += len(records)
+                    self.sent_bytes += sum(len(r["Data"]) for r in records)
                 yield encode_event("SubscribeToShardEvent", event)
             if not records and behind == 0:
                 time.sleep(self.poll_interval_s)

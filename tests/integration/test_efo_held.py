@@ -1,0 +1,115 @@
+"""Fan-out with the driver holding each shard's subscription for the query's life
+(``efoSubscriptions=query``, the default): real Spark reading through the test EFO server
+(tests/support/efo_server.py), which counts every call, refusal and record it pushes."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.test_stream_read import assert_exactly_once_in_order
+from tests.support.efo_server import EfoServer
+from tests.support.producer import Producer
+from tests.support.spark_query import running, source_report
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.spark
+
+
+def _options(source_options, stream, server, name):
+    return {**source_options, "streamName": stream, "endpointUrl": server.url, "consumerMode": "efo",
+            "consumerName": name, "deregisterConsumer": "true"}
+
+
+def _fed(producer, sink, batches):
+    """``batches`` rounds of 12 records each, every round waited for at the sink."""
+    for _ in range(batches):
+        producer.put(12)
+        wait_for(lambda: sink.count() >= len(producer.sent), timeout=120, what=f"{len(producer.sent)} rows")
+
+
+@pytest.mark.backends("moto")  # the driver's side: the EFO server fronts either backend alike
+def test_held_subscriptions_receive_each_record_once_and_make_no_call_per_batch(
+    spark, kinesis_backend, kinesis, make_stream, source_options, tmp_path
+):
+    """Steady state: one subscription per shard for the whole run (none per batch), no
+    GetRecords or GetShardIterator, every record pushed once by the server and delivered once,
+    in order, and no subscription refused."""
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    with EfoServer(kinesis_backend, activation_delay_s=0.3) as server:
+        with running(spark, _options(source_options, stream, server, "held"), tmp_path / "q") as (query, sink):
+            _fed(producer, sink, 2)
+            wait_for(lambda: query.lastProgress and source_report(query.lastProgress).get("heldShards") == 2,
+                     timeout=60, what="both shards held by the driver")
+            before, subscribed, sent = dict(server.calls), server.subscriptions, server.sent_bytes
+            delivered = sum(len(r.data) for r in sink.rows())
+            _fed(producer, sink, 6)
+            after = dict(server.calls)
+            assert after.get("GetRecords", 0) == before.get("GetRecords", 0), (before, after)
+            assert after.get("GetShardIterator", 0) == before.get("GetShardIterator", 0), (before, after)
+            assert server.subscriptions == subscribed, "a batch opened a subscription"
+            batches = {bid for bid, rows in sink.deliveries if rows}
+            assert len(batches) >= 6
+            # every record pushed once: what the server sent is what reached the sink
+            assert server.sent_bytes - sent == sum(len(r.data) for r in sink.rows()) - delivered
+            report = source_report(query.lastProgress)
+            assert report["rangesCarried"] >= 6 and report["executorReadsBooked"] == 0
+        assert_exactly_once_in_order(sink.rows(), producer.sent)
+        assert server.refused == {"ResourceInUseException": 0, "LimitExceededException": 0}
+        wait_for(lambda: server.live_subscriptions() == 0, timeout=60, what="the subscriptions to end with the query")
+
+
+@pytest.mark.backends("moto")
+def test_held_subscriptions_renewed_and_broken_lose_and_repeat_nothing(
+    spark, kinesis_backend, kinesis, make_stream, source_options, tmp_path
+):
+    """Kinesis ends each subscription (after 5 minutes; here after 3 events), and a subscription
+    may break (an exception event, a dropped connection): the driver renews it at the last
+    record it received, checked to come first again, and the rows stay exact."""
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    with EfoServer(kinesis_backend, activation_delay_s=0.3, page_limit=5) as server:
+        server.end_after_events = 3
+        with running(spark, _options(source_options, stream, server, "renewed"), tmp_path / "q") as (query, sink):
+            _fed(producer, sink, 2)
+            server.inject_error("InternalFailureException", after_events=1, times=2)
+            server.drop_connection(after_events=1, times=2)
+            _fed(producer, sink, 4)
+            report = source_report(query.lastProgress)
+            assert report["heldGivenUp"] == 0
+            assert report["driverSubscriptions"] > 4, "no subscription was renewed"
+        assert_exactly_once_in_order(sink.rows(), producer.sent)
+        assert sum(server.injected.values()) == 4, server.injected  # two exception events, two drops
+        assert server.refused == {"ResourceInUseException": 0, "LimitExceededException": 0}
+
+
+@pytest.mark.backends("moto")
+def test_a_batch_replayed_after_a_restart_is_read_exactly_then_held_again(
+    spark, kinesis_backend, kinesis, make_stream, source_options, tmp_path
+):
+    """A run stopped after writing a batch's offsets and before its commit: the next run replays
+    that batch from Spark's offset log. The new driver never received it, so its executors
+    read it with their own subscriptions; then the driver holds the shards again."""
+    from tests.support.spark_query import Collector
+
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    with EfoServer(kinesis_backend, activation_delay_s=0.3) as server:
+        options = _options(source_options, stream, server, "replayed")
+        failing = Collector(fail_batches={2})
+        with running(spark, options, tmp_path / "q", sink=failing) as (query, _):
+            # records keep coming until batches 0-2 ran (an empty stream runs no batch)
+            wait_for(lambda: not producer.put(5) or not query.isActive, timeout=120, interval=0.5,
+                     what="the sink to fail batch 2")
+        replayed = {bid: rows for bid, rows in failing.deliveries}[2]
+        assert replayed, "batch 2 held no row"
+        with running(spark, options, tmp_path / "q") as (query, sink):
+            wait_for(lambda: sink.deliveries, timeout=120, what="the replayed batch")
+            assert sink.deliveries[0] == (2, replayed)  # the same rows, in the same order
+            _fed(producer, sink, 3)
+            wait_for(lambda: source_report(query.lastProgress).get("heldShards") == 2,
+                     timeout=60, what="both shards held again")
+            _fed(producer, sink, 2)
+        delivered = [row for bid, rows in failing.deliveries if bid < 2 for row in rows] + sink.rows()
+        assert_exactly_once_in_order(delivered, producer.sent)
+        assert server.refused["LimitExceededException"] == 0
