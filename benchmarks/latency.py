@@ -1,20 +1,26 @@
-"""Put-to-sink latency and each shard's batch period, polling against enhanced fan-out (issue 22),
-on moto behind the event-stream test server of ``tests/support/efo_server.py`` with Kinesis'
-subscription rules on (a shard's next ``SubscribeToShard`` of one consumer is refused within 5 s
-of its last, and more than one call a second is refused).
+"""Put-to-sink latency and each shard's batch period, polling against enhanced fan-out (issues 22
+and 49), on moto behind the event-stream test server of ``tests/support/efo_server.py`` with
+Kinesis' subscription rules on (a shard's next ``SubscribeToShard`` of one consumer is refused
+within 5 s of its last, and more than one call a second is refused).
 
 A producer writes ``RATE`` records a second to each of ``SHARDS`` shards (one ``PutRecords``
 call per round, a record per shard by explicit hash key); each record's data is the time just
-before its call (epoch seconds). The query (Spark's default trigger, ``initialPosition=LATEST``,
-default options but endpoints, credentials and ``consumerMode``) writes into ``foreachBatch``,
-which collects the batch's rows: a row's *latency* is the time its batch was collected less its
-put time. A shard's *batch period* is the time between two batches that held its rows. Both are
-measured over ``MEASURE_S`` (``--quick``: ``QUICK_MEASURE_S``), ``WARMUP_S`` after every shard's
-first rows reached the sink. With fan-out
-the server's refused subscriptions in that window are counted too. Every call of the query goes
-to that server, so the window's ``GetRecords`` and ``GetShardIterator`` are counted there, driver
-and executors together: fan-out runs twice, with its tip watches (the default) and with
-``efoTipWatch=false`` (the driver probes with ``GetRecords``).
+before its call (epoch seconds), padded to ``size`` bytes. The query (Spark's default trigger,
+``initialPosition=LATEST``, default options but endpoints, credentials and ``consumerMode``)
+writes into ``foreachBatch``, which collects the batch's rows: a row's *latency* is the time its
+batch was collected less its put time. A shard's *batch period* is the time between two batches
+that held its rows. Both are measured over ``MEASURE_S`` (``--quick``: ``QUICK_MEASURE_S``),
+``WARMUP_S`` after every shard's first rows reached the sink. Every call of the query goes to
+the event-stream server, so the window's ``GetRecords``, ``GetShardIterator``, subscriptions
+and refusals are counted there, driver and executors together, and so are the data bytes it
+pushed to subscribers: *received / delivered* is those bytes over the data bytes of the rows put
+in the window. Fan-out runs with the driver's subscriptions (``efoSubscriptions=query``, the
+default) and with a subscription per range (``efoSubscriptions=range``); the planning helper's
+CPU seconds over the window are reported per MiB received.
+
+Scenarios (``run_suite``): 4 shards at 10 records/s; 100 shards of which 10 written; 4 shards at
+1 MiB/s each (64 KiB records); and the 4-shard case on ``local-cluster[2,1,1024]``
+(``--only latency_cluster``).
 
     python -m benchmarks.latency [--quick]
 """
@@ -35,14 +41,17 @@ RATE = 10  # records a second per shard
 WARMUP_S = 10.0  # after every shard's first rows
 MEASURE_S = 90.0
 QUICK_MEASURE_S = 30.0
+MIB = 1 << 20
 
 
 class Producer:
-    """Writes a record a round to each shard, ``RATE`` rounds a second, stamped with the time
-    of its ``PutRecords`` call."""
+    """Writes a record a round to each shard of ``keys``, ``rate`` rounds a second, stamped with
+    the time of its ``PutRecords`` call and padded to ``size`` bytes."""
 
-    def __init__(self, client: Any, stream: str, keys: list[tuple[str, str]]) -> None:
+    def __init__(self, client: Any, stream: str, keys: list[tuple[str, str]], rate: float = RATE,
+                 size: int = 0) -> None:
         self._client, self._stream, self._keys = client, stream, keys
+        self._rate, self._size = rate, size
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.sent = 0
@@ -54,12 +63,13 @@ class Producer:
             records = [{"Data": b"", "PartitionKey": f"k{n}-{i}", "ExplicitHashKey": key}
                        for i, (_, key) in enumerate(self._keys)]
             stamp = time.time()  # the data cannot hold when the call returns: a few ms early
+            data = f"{stamp:.6f}|".encode().ljust(self._size, b".")
             for rec in records:
-                rec["Data"] = f"{stamp:.6f}".encode()
+                rec["Data"] = data
             self._client.put_records(StreamName=self._stream, Records=records)
             self.sent += len(records)
             n += 1
-            self._stop.wait(max(0.0, 1.0 / RATE - (time.monotonic() - began)))
+            self._stop.wait(max(0.0, 1.0 / self._rate - (time.monotonic() - began)))
 
     def __enter__(self) -> Producer:
         self._thread.start()
@@ -78,10 +88,10 @@ class Sink:
         self._lock = threading.Lock()
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        got = df.select("shardId", "data").collect()
+        got = df.selectExpr("shardId", "substring(data, 1, 24) AS stamp").collect()
         now = time.time()
         with self._lock:
-            self.rows.extend((now, r.shardId, float(bytes(r.data).decode())) for r in got)
+            self.rows.extend((now, r.shardId, float(bytes(r.stamp).split(b"|")[0])) for r in got)
 
     def delivered_after(self, put: float) -> int:
         """How many shards delivered a row put after ``put``."""
@@ -120,25 +130,25 @@ def _figures(rows: list[tuple[float, str, float]]) -> dict[str, Any]:
 POLLED = ("GetRecords", "GetShardIterator")
 
 
-def _bytes(query: Any) -> dict[str, int]:
-    """The data bytes the executors reported receiving so far and, of them, outside their ranges
-    (with fan-out: what the tip watches received), from the source's last progress."""
+def _helper_cpu(query: Any) -> float:
+    """The planning helper's CPU seconds so far, from the source's last progress."""
     from tests.support.spark_query import source_report
 
-    report = source_report(query.lastProgress) if query.lastProgress else {}
-    return {"read": report.get("executorBytesRead", 0), "extra": report.get("executorBytesExtra", 0)}
+    return float(source_report(query.lastProgress).get("helperCpuS", 0.0)) if query.lastProgress else 0.0
 
 
-def measure(spark: Any, url: str, mode: str, measure_s: float, **extra: str) -> dict[str, Any]:
-    """One mode's run on a fresh stream, behind a fresh event-stream server."""
+def measure(spark: Any, url: str, mode: str, measure_s: float, shards: int = SHARDS, active: int | None = None,
+            rate: float = RATE, size: int = 0, poll_s: float = 0.05, **extra: str) -> dict[str, Any]:
+    """One mode's run on a fresh stream, behind a fresh event-stream server (which looks for a
+    subscription's new records every ``poll_s``): ``active`` of the ``shards`` written."""
     from tests.support.efo_server import EfoServer
 
     client = settings(url).boto3_client("kinesis")
     label = mode + "".join(f"-{k}={v}" for k, v in extra.items())
-    stream = create_stream(client, SHARDS, f"latency-{mode}{'-' + str(len(extra)) if extra else ''}")
-    keys = shard_hash_keys(client, stream)
+    stream = create_stream(client, shards, f"latency-{mode}-{shards}-{len(extra)}-{size}")
+    keys = shard_hash_keys(client, stream)[:active or shards]
     checkpoint = tempfile.mkdtemp(prefix="kddb-latency-")
-    with EfoServer(url, activation_delay_s=1.0) as server:
+    with EfoServer(url, activation_delay_s=1.0, poll_interval_s=poll_s) as server:
         server.in_use_window_s, server.min_call_gap_s = 5.0, 1.0  # as Kinesis
         options = source_options(server.url, stream, initialPosition="LATEST", consumerMode=mode, **extra)
         options["dynamodbEndpointUrl"] = url
@@ -148,10 +158,10 @@ def measure(spark: Any, url: str, mode: str, measure_s: float, **extra: str) -> 
             reader = reader.option(key, value)
         query = reader.load().writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint).start()
         try:
-            with Producer(client, stream, keys):
+            with Producer(client, stream, keys, rate, size) as producer:
                 # the query starts (registers its consumer, finds the tips) and every shard
                 # delivers; then WARMUP_S more, so the window holds steady state only
-                wait_for(lambda: sink.delivered_after(0.0) == SHARDS, timeout=180,
+                wait_for(lambda: sink.delivered_after(0.0) == len(keys), timeout=300,
                          what="every shard's first rows")
                 time.sleep(WARMUP_S)
                 since = time.time()
@@ -159,37 +169,55 @@ def measure(spark: Any, url: str, mode: str, measure_s: float, **extra: str) -> 
                 subscribed_before = server.subscriptions
                 called_before = server.calls.get("SubscribeToShard", 0)
                 polled_before = {op: server.calls.get(op, 0) for op in POLLED}
-                bytes_before = _bytes(query)
+                sent_before, put_before = server.sent_bytes, producer.sent
+                cpu_before = _helper_cpu(query)
                 time.sleep(measure_s)  # the measured window
                 until = time.time()
                 refused = {k: v - refused_before.get(k, 0) for k, v in server.refused.items()}
                 subscriptions = server.subscriptions - subscribed_before
                 calls = server.calls.get("SubscribeToShard", 0) - called_before
                 polled = {op: server.calls.get(op, 0) - polled_before[op] for op in POLLED}
-                received = {k: v - bytes_before[k] for k, v in _bytes(query).items()}
+                pushed = server.sent_bytes - sent_before
+                put = producer.sent - put_before
+                cpu = _helper_cpu(query) - cpu_before
                 # a shard's rows arrive in order: once one put after the window is in, all of
                 # the window's are
-                wait_for(lambda: sink.delivered_after(until) == SHARDS, timeout=120,
+                wait_for(lambda: sink.delivered_after(until) == len(keys), timeout=120,
                          what="the window's last rows")
             rows = sink.window(since, until)
+            record_bytes = len(f"{time.time():.6f}|".encode().ljust(size, b"."))
         finally:
             query.stop()
             shutil.rmtree(checkpoint, ignore_errors=True)
-    out = {"mode": label, "shards": SHARDS, "polled": polled, "bytes": received, "rate_per_shard": RATE,
-           "seconds": round(until - since, 1),
+    delivered = put * record_bytes
+    out = {"mode": label, "shards": shards, "active": len(keys), "polled": polled, "rate_per_shard": rate,
+           "record_bytes": record_bytes, "seconds": round(until - since, 1),
+           "received_bytes": pushed, "delivered_bytes": delivered,
+           "received_per_delivered": round(pushed / delivered, 3) if delivered and mode == "efo" else None,
+           "helper_cpu_s": round(cpu, 2),
+           "helper_cpu_s_per_mib": round(cpu / (pushed / MIB), 3) if pushed else None,
            "refused": refused, "subscriptions": subscriptions, "subscribe_calls": calls, **_figures(rows)}
-    print(f"  {label}: {out['rows']} rows, latency p50 {out['latency_ms']['p50']:.0f} ms p95 "
-          f"{out['latency_ms']['p95']:.0f} ms, batch period p50 {out['batch_period_s']['p50']:.2f} s, "
-          f"SubscribeToShard calls {calls} ({subscriptions} subscribed, refused {refused}); {polled}")
+    print(f"  {label} ({shards} shards, {len(keys)} written, {rate}/s of {record_bytes} B): {out['rows']} rows, "
+          f"latency p50 {out['latency_ms']['p50']:.0f} ms p95 {out['latency_ms']['p95']:.0f} ms, batch period "
+          f"p50 {out['batch_period_s']['p50']:.2f} s, SubscribeToShard calls {calls} ({subscriptions} subscribed, "
+          f"refused {refused}); {polled}; received/delivered {out['received_per_delivered']}, helper CPU "
+          f"{cpu:.1f} s")
     return out
 
 
 def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
-    """Polling, then fan-out with and without tip watches, each on its own stream and server."""
+    """Polling and both kinds of fan-out at 4 shards; fan-out and polling at 100 shards (10
+    written) and at 1 MiB/s a shard; each on its own stream and server."""
     measure_s = QUICK_MEASURE_S if quick else MEASURE_S
+    wide = {"shards": 100, "active": 10, "poll_s": 0.2}
+    fast = {"rate": 16, "size": 64 * 1024}
     return {"polling": measure(spark, url, "polling", measure_s),
             "efo": measure(spark, url, "efo", measure_s),
-            "efo_probes": measure(spark, url, "efo", measure_s, efoTipWatch="false")}
+            "efo_range": measure(spark, url, "efo", measure_s, efoSubscriptions="range"),
+            "polling_100": measure(spark, url, "polling", measure_s, **wide),
+            "efo_100": measure(spark, url, "efo", measure_s, **wide),
+            "polling_1mib": measure(spark, url, "polling", measure_s, **fast),
+            "efo_1mib": measure(spark, url, "efo", measure_s, **fast)}
 
 
 if __name__ == "__main__":

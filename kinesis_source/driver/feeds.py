@@ -64,6 +64,10 @@ FEED_FAILURES = 8
 READ_POLL_S = 0.2
 
 
+class _FeedOver(Exception):
+    """The feed has nothing more to do: its shard ended, or its view or run was replaced."""
+
+
 class FeedGap(Exception):
     """A renewed subscription did not send the record it was opened at first: records were
     trimmed meanwhile. The shard's executor reads check and report the loss."""
@@ -107,6 +111,8 @@ class Feeds:
         self.arns: dict[str, str] = {}  # consumer ARN by stream
         self._client: Any = None
         self._tasks: set[asyncio.Task] = set()
+        self._live = 0  # shards held (the per-shard run cap divides the helper's memory among them)
+        self.off = False  # Trigger.AvailableNow: a backlog to a target, read by executors
         self.subscriptions = self.refused = self.given_up = 0
         self.events = self.records = self.bytes = 0
 
@@ -115,6 +121,8 @@ class Feeds:
     def use(self, arns: Mapping[str, str]) -> None:
         """The consumers are known: hold every tracked shard that is not yet (loop)."""
         self.arns = dict(arns)
+        if self.off:
+            return
         with self._shards.lock:
             for state in self._shards:
                 if state.feed is None and state.view is not None and state.view.live():
@@ -124,7 +132,7 @@ class Feeds:
         """``key``'s view was (re)seeded: hold it from its seed (loop, lock held)."""
         state = self._shards.state(key)
         self._stop(state)
-        if holdable(view.seed) and key.stream in self.arns:
+        if holdable(view.seed) and key.stream in self.arns and not self.off:
             self._start(state, view, view.seed)
 
     def handed(self, key: ShardId, end_seq: str) -> None:
@@ -134,7 +142,7 @@ class Feeds:
             state = self._shards.state(key)
             self._stop(state)
             view = state.view
-            if view is not None and view.live() and key.stream in self.arns:
+            if view is not None and view.live() and key.stream in self.arns and not self.off:
                 self._start(state, view, Position.after(end_seq))
 
     def taken(self, key: ShardId) -> None:
@@ -152,13 +160,21 @@ class Feeds:
         if state is not None:
             self._stop(state)
 
+    def stop_all(self) -> None:
+        """Hold no shard from now on (``Trigger.AvailableNow``: the run reads a backlog up to a
+        target, which executors read in parallel; a held run would wait for its subscription)."""
+        with self._shards.lock:
+            self.off = True
+            for state in self._shards:
+                self._stop(state)
+
     def held(self) -> int:
         """How many shards the driver holds a subscription of."""
-        return sum(1 for state in self._shards if state.feed is not None)
+        return self._live
 
     def run_cap(self) -> int:
         """Most bytes one held shard's run takes before its subscription pauses."""
-        return min(RUN_MAX_BYTES, RUNS_MAX_BYTES // max(1, self.held()))
+        return min(RUN_MAX_BYTES, RUNS_MAX_BYTES // max(1, self._live))
 
     # -- starting and stopping ---------------------------------------------------------------
 
@@ -166,6 +182,7 @@ class Feeds:
         view.run = new_run(origin)
         view.watched_until = math.inf  # the subscription brings its tips: no probe
         feed = state.feed = Feed(view, origin, last=view.run.last)
+        self._live += 1
         feed.task = asyncio.ensure_future(self._feed(state, feed))
         self._tasks.add(feed.task)
         feed.task.add_done_callback(self._tasks.discard)
@@ -174,6 +191,7 @@ class Feeds:
         feed, state.feed = state.feed, None
         if feed is None:
             return
+        self._live -= 1
         if feed.task is not None:
             feed.task.cancel()
         self._probed_again(state, feed)
@@ -208,6 +226,8 @@ class Feeds:
                         await self._follow(state, feed)
         except asyncio.CancelledError:
             raise
+        except _FeedOver:
+            pass
         except Exception as exc:  # noqa: BLE001 - the executors' reads report it as theirs do
             self.given_up += 1
             log.warning("the driver's fan-out subscription of %s stopped (%s): executors read its ranges "
@@ -215,8 +235,8 @@ class Feeds:
         finally:
             with self._shards.lock:
                 if state.feed is feed:
-                    state.feed = None
-                    self._probed_again(state, feed)
+                    feed.task = None  # (ending now: not cancelled)
+                    self._stop(state)
 
     @staticmethod
     def _wait(retry_state: Any) -> float:
@@ -262,11 +282,19 @@ class Feeds:
                 if event is None:
                     continue
                 events += 1
-                check, going = self._apply(state, feed, event, check)
-                await self._rounds.notify()
+                try:
+                    check, going = self._apply(state, feed, event, check)
+                finally:
+                    await self._rounds.notify()  # (a first answer may wait for this event)
                 if not going:
                     return
+        except _FeedOver:
+            raise
         except Exception as exc:
+            if isinstance(exc, ClientError) and error_code(exc) == IN_USE:
+                log.warning("the driver's subscription of %s through EFO consumer %s was taken over by another "
+                            "SubscribeToShard: another query or application reads through the same consumer (give "
+                            "each its own 'consumerName'); subscribing again in 5 s", key, self.arns[key.stream])
             if events and recoverable(exc):
                 log.info("the driver's subscription of %s broke (%s); renewing it", key, exc)
                 return
@@ -278,13 +306,13 @@ class Feeds:
 
     def _apply(self, state: ShardState, feed: Feed, event: dict, check: str | None) -> tuple[str | None, bool]:
         """One event into the run and the view; returns the check still due and whether the
-        subscription goes on."""
+        subscription goes on (False: it pauses; :class:`_FeedOver`: the feed ends)."""
         records = event.get("Records") or []
         self.events += 1
         with self._shards.lock:
             view, run = feed.view, feed.view.run
             if state.feed is not feed or state.view is not view or run is None or run.last != feed.last:
-                return check, False  # the feed was replaced, or its run dropped by a range it did not start
+                raise _FeedOver()  # replaced, or its run dropped by a range it did not start
             if check is not None:
                 if not records:
                     return check, True
@@ -307,13 +335,15 @@ class Feeds:
             view.probed_at = time.monotonic()
             going = True
             if event_ended(event):
-                view.ended, going = True, False
+                view.ended = True
                 self._on_ended()
             elif run.size > self.run_cap():
                 feed.paused, going = True, False
                 feed.resume.clear()
             if view.state() != before:
                 self._shards.changed.add(state.key)
+            if view.ended:
+                raise _FeedOver()
             return check, going
 
     async def _aio(self) -> Any:

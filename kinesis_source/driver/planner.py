@@ -260,6 +260,8 @@ class Planner:
 
     async def _find_target(self) -> Target:
         parts = await self._running()
+        if parts.feeds is not None:
+            parts.feeds.stop_all()
         target = await find_target(await self._listing.get(force=True), parts.prober)
         parts.tips.seed(target.found)
         parts.latest.target = target
@@ -288,35 +290,43 @@ class Planner:
         probes, AWS calls, records fetched, seconds calls waited for the budget, executor reads
         booked, the data bytes executors reported reading and, of them, outside their ranges)
         and, per shard of the last answer, the tip and how far behind it the batch started."""
-        k, parts = self._kinesis, self.parts
-        tips, handout = (parts.tips, parts.handout) if parts is not None else (None, None)
-        reported = tips.reported if tips is not None else None
-        return {
-            "probes": parts.latest.answers if parts is not None else 0,
-            "lastAnswerMs": round(self._answer_s * 1000, 2),
-            "backgroundProbes": tips.probes if tips else 0,
-            "driverCalls": k.calls if k else 0,
-            "driverRecordsFetched": k.records_fetched if k else 0,
-            "budgetWaitS": round(k.waited_s, 3) if isinstance(k, PacedKinesis) else 0.0,
-            "executorReadsBooked": handout.booked if handout else 0,
-            # ranges whose every record the driver had read (probes, executors' reports) and
-            # handed to the executor in the partition, and how many records they held
-            "rangesCarried": handout.carried_ranges if handout else 0,
-            "recordsCarried": handout.carried_records if handout else 0,
-            "executorBytesRead": reported.read_bytes if reported else 0,
-            "executorBytesExtra": reported.extra_bytes if reported else 0,
-            # GetRecords the shards refused for throughput (each retried when its byte model
-            # said): the driver's probes, and executor reads as reported
-            "throttledProbes": self.byte_budget.throttles(),
-            "throttledReads": reported.throttled if reported else 0,
-            "tipReports": reported.applied if reported else 0,
-            "tipReportsRefused": self._listener.refused if self._listener else 0,
-            # booked reads whose report never came (executors that cannot reach tipReportHost)
-            "tipReportsMissing": handout.missing if handout else 0,
-            "watchedShards": tips.watched_count() if tips else 0,
-            **_feed_stats(parts.feeds if parts is not None else None),
-            "shards": parts.latest.shard_lag() if parts is not None else {},
-        }
+        return _stats(self.parts, self._kinesis, self.byte_budget, self._listener, self._answer_s)
+
+
+def _stats(parts: Parts | None, kinesis: AsyncKinesis | None, byte_budget: ByteBudget, listener: TipListener | None,
+           answer_s: float) -> dict[str, Any]:
+    """:meth:`Planner.stats` from the run's parts."""
+    k = kinesis
+    tips, handout = (parts.tips, parts.handout) if parts is not None else (None, None)
+    reported = tips.reported if tips is not None else None
+    return {
+        "probes": parts.latest.answers if parts is not None else 0,
+        "lastAnswerMs": round(answer_s * 1000, 2),
+        "backgroundProbes": tips.probes if tips else 0,
+        "driverCalls": k.calls if k else 0,
+        "driverRecordsFetched": k.records_fetched if k else 0,
+        "budgetWaitS": round(k.waited_s, 3) if isinstance(k, PacedKinesis) else 0.0,
+        "executorReadsBooked": handout.booked if handout else 0,
+        # ranges whose every record the driver had read (probes, executors' reports) and
+        # handed to the executor in the partition, and how many records they held
+        "rangesCarried": handout.carried_ranges if handout else 0,
+        "recordsCarried": handout.carried_records if handout else 0,
+        "executorBytesRead": reported.read_bytes if reported else 0,
+        "executorBytesExtra": reported.extra_bytes if reported else 0,
+        # GetRecords the shards refused for throughput (each retried when its byte model
+        # said): the driver's probes, and executor reads as reported
+        "throttledProbes": byte_budget.throttles(),
+        "throttledReads": reported.throttled if reported else 0,
+        "tipReports": reported.applied if reported else 0,
+        "tipReportsRefused": listener.refused if listener else 0,
+        # booked reads whose report never came (executors that cannot reach tipReportHost)
+        "tipReportsMissing": handout.missing if handout else 0,
+        "watchedShards": tips.watched_count() if tips else 0,
+        # the CPU seconds this planning process has used (every thread: Spark's, the loop's)
+        "helperCpuS": round(time.process_time(), 3),
+        **_feed_stats(parts.feeds if parts is not None else None),
+        "shards": parts.latest.shard_lag() if parts is not None else {},
+    }
 
 
 def _feed_stats(feeds: Feeds | None) -> dict[str, int]:

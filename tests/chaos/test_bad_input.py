@@ -67,6 +67,7 @@ BAD_VALUES: dict[str, list[str]] = {
     "subscribeTimeoutMs": ["abc", "4999", "-1", "1.5"],
     "deregisterConsumer": ["yes", "2"],
     "efoTipWatch": ["maybe", "2"],
+    "efoSubscriptions": ["driver", "executor", "1"],
 }
 # options that only mean something next to another one: give the partner so the value itself is
 # what is judged

@@ -103,13 +103,20 @@ def test_a_batch_replayed_after_a_restart_is_read_exactly_then_held_again(
                      what="the sink to fail batch 2")
         replayed = {bid: rows for bid, rows in failing.deliveries}[2]
         assert replayed, "batch 2 held no row"
+        before = [row for bid, rows in failing.deliveries if bid < 2 for row in rows]
         with running(spark, options, tmp_path / "q") as (query, sink):
             wait_for(lambda: sink.deliveries, timeout=120, what="the replayed batch")
             assert sink.deliveries[0] == (2, replayed)  # the same rows, in the same order
-            _fed(producer, sink, 3)
+
+            def fed(batches):
+                for _ in range(batches):
+                    producer.put(12)
+                    wait_for(lambda: len(before) + sink.count() >= len(producer.sent), timeout=120,
+                             what=f"{len(producer.sent)} rows")
+
+            fed(3)
             wait_for(lambda: source_report(query.lastProgress).get("heldShards") == 2,
                      timeout=60, what="both shards held again")
-            _fed(producer, sink, 2)
-        delivered = [row for bid, rows in failing.deliveries if bid < 2 for row in rows] + sink.rows()
-        assert_exactly_once_in_order(delivered, producer.sent)
+            fed(2)
+        assert_exactly_once_in_order(before + sink.rows(), producer.sent)
         assert server.refused["LimitExceededException"] == 0

@@ -39,6 +39,7 @@ def test_efo_query_reads_the_same_rows_as_polling_across_resubscriptions(
             "consumerMode": "efo",
             "consumerName": "efo-test",
             "deregisterConsumer": "true",
+            "efoSubscriptions": "range",  # (held subscriptions: test_efo_held.py)
         }
         with running(spark, options, tmp_path / "efo") as (query, efo_sink):
             wait_for(lambda: efo_sink.count() >= 300, timeout=120, what="300 rows by EFO")
@@ -177,8 +178,9 @@ def test_a_fenced_run_leaves_the_consumer_its_successor_reads_through(
         try:
             wait_for(lambda: sinks[0].count() >= 50, timeout=120, what="the older run's rows")
             newer = start_query(spark, options, tmp_path / "newer", sinks[1], trigger_ms=500)
-            # The newer run resumes from the older one's DynamoDB commits; the older one's next
-            # batch finds itself fenced.
+            # The newer run resumes from the older one's DynamoDB commits (its first progress
+            # comes after its claim); the older one's next batch finds itself fenced.
+            wait_for(lambda: newer.lastProgress is not None, timeout=120, what="the newer run's first trigger")
             producer.put(20)
             wait_for(lambda: not older.isActive, timeout=120, what="the older run to be fenced")
             assert "was claimed by another query" in str(older.exception())
@@ -215,6 +217,7 @@ def test_in_steady_state_an_efo_query_learns_its_tips_from_its_subscriptions_not
             "consumerMode": "efo",
             "consumerName": "watch-test",
             "deregisterConsumer": "true",
+            "efoSubscriptions": "range",
         }
 
         def rounds(n):
@@ -251,7 +254,8 @@ def test_with_efo_tip_watch_off_the_driver_probes_with_get_records(
     producer = Producer(kinesis, stream)
     with EfoServer(kinesis_backend, activation_delay_s=0.3) as server:
         options = {**source_options, "streamName": stream, "endpointUrl": server.url, "consumerMode": "efo",
-                   "consumerName": "probe-test", "deregisterConsumer": "true", "efoTipWatch": "false"}
+                   "consumerName": "probe-test", "deregisterConsumer": "true", "efoTipWatch": "false",
+                   "efoSubscriptions": "range"}
         with running(spark, options, tmp_path / "efo") as (query, sink):
             producer.put(12)
             wait_for(lambda: sink.count() >= 12, timeout=120, what="12 rows by EFO")

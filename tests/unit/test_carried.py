@@ -240,3 +240,34 @@ def test_a_runs_iterator_too_old_to_hand_to_an_executor_is_not_handed_out():
     # extending a run with no new iterator keeps the old one's age; a new iterator is fresh
     assert old.extended("3", [], None, 1 << 20).take("5")[2] is None
     assert old.extended("3", [], "it-new", 1 << 20).take("5")[2] == "it-new"
+
+
+def test_a_run_from_a_position_without_a_record_serves_only_a_range_from_there():
+    """The driver's fan-out subscription opened at TRIM_HORIZON (or a timestamp) received the
+    records after that position: the run serves the range that starts there, and after the
+    range, the one that starts after its end; nothing else."""
+    from kinesis_source.driver.feeds import holdable, new_run
+
+    recs = log_of(10)
+    run = new_run(Position.trim_horizon())
+    assert run.starts(Position.trim_horizon()) and not run.starts(Position.after(recs[0][0]))
+    assert run.last == "" and run.size == 0
+    run.append(records(recs[:6]))
+    assert seqs(run.records) == [s for s, _ in recs[:6]] and run.size > 0
+    taken, whole, _, rest = run.take(recs[3][0])
+    assert whole and seqs(taken) == [s for s, _ in recs[:4]]
+    assert rest is not None and rest.starts(Position.after(recs[3][0])) and not rest.starts(Position.trim_horizon())
+    after = new_run(Position.after(recs[2][0]))
+    assert after.starts(Position.after(recs[2][0])) and after.last == recs[2][0]
+    # a start inside an aggregate (read limits cut there) is not held: its range reads the rest
+    # of that aggregate, which no subscription opened after it returns
+    assert not holdable(Position.after(recs[2][0], 3)) and holdable(Position.after(recs[2][0]))
+
+
+def test_a_range_from_trim_horizon_carried_whole_is_read_with_no_call():
+    recs = log_of(10)
+    fake = TimedFake({"a": FakeShard(recs)})
+    rng = ShardRange("s", "a", Position.trim_horizon(), recs[4][0])
+    reader = RangeReader(fake, rng, 100, carried=tuple(records(recs[:5])))
+    assert [s for page in reader.pages() for s in seqs(page)] == [s for s, _ in recs[:5]]
+    assert fake.calls == [] and reader.tip_report() is None
