@@ -4,7 +4,7 @@
     .venv/bin/python -m benchmarks [--quick] [--only <suite>,...]
 
 (suites: read_path, kpl, commit, planning, memory, e2e, e2e_canned, overhead, quota, tasks,
-overread, catchup, latency, sink)
+overread, catchup, latency, latency_cluster, sink)
 
 ``--quick`` runs smoke sizes (a minute or few, to check the suite works); without it the sizes are
 those published. One moto server and one Spark session serve the whole run (``e2e_canned`` starts
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     if "memory" in only:
         _run("memory", lambda: memory.run_suite(q), results)
     spark_suites = {"e2e", "e2e_canned", "overhead", "quota", "tasks", "overread", "catchup", "latency", "sink"}
-    if only & ({"commit", "planning"} | spark_suites):
+    if only & ({"commit", "planning", "latency_cluster"} | spark_suites):
         from kinesis_source.tools.local import LocalEndpoint
 
         with LocalEndpoint() as ep:
@@ -130,6 +130,14 @@ def main(argv: list[str] | None = None) -> None:
                         _run("latency", lambda: latency.run_suite(spark, ep.url, q), results)
                     if "sink" in only:
                         _run("sink", lambda: sink.run_suite(spark, ep.url, q), results)
+                finally:
+                    spark.stop()
+            if "latency_cluster" in only:
+                from benchmarks import spark_env
+
+                spark = spark_env.session(latency.CLUSTER_MASTER)
+                try:
+                    _run("latency_cluster", lambda: latency.run_cluster_suite(spark, ep.url, q), results)
                 finally:
                     spark.stop()
     results["targets"] = report.targets(results)

@@ -4,7 +4,8 @@ Kinesis' subscription rules on (a shard's next ``SubscribeToShard`` of one consu
 within 5 s of its last, and more than one call a second is refused).
 
 A producer writes ``RATE`` records a second to each of ``SHARDS`` shards (one ``PutRecords``
-call per round, a record per shard by explicit hash key); each record's data is the time just
+call per round through the event-stream server, which wakes its subscriptions at each write, a
+record per shard by explicit hash key); each record's data is the time just
 before its call (epoch seconds), padded to ``size`` bytes. The query (Spark's default trigger,
 ``initialPosition=LATEST``, default options but endpoints, credentials and ``consumerMode``)
 writes into ``foreachBatch``, which collects the batch's rows: a row's *latency* is the time its
@@ -138,9 +139,10 @@ def _helper_cpu(query: Any) -> float:
 
 
 def measure(spark: Any, url: str, mode: str, measure_s: float, shards: int = SHARDS, active: int | None = None,
-            rate: float = RATE, size: int = 0, poll_s: float = 0.05, **extra: str) -> dict[str, Any]:
-    """One mode's run on a fresh stream, behind a fresh event-stream server (which looks for a
-    subscription's new records every ``poll_s``): ``active`` of the ``shards`` written."""
+            rate: float = RATE, size: int = 0, poll_s: float = 0.5, **extra: str) -> dict[str, Any]:
+    """One mode's run on a fresh stream, behind a fresh event-stream server: ``active`` of the
+    ``shards`` written, through that server (each write wakes its subscriptions; one with
+    nothing new looks at moto again every ``poll_s``, for Kinesis' heartbeat events)."""
     from tests.support.efo_server import EfoServer
 
     client = settings(url).boto3_client("kinesis")
@@ -158,7 +160,8 @@ def measure(spark: Any, url: str, mode: str, measure_s: float, shards: int = SHA
             reader = reader.option(key, value)
         query = reader.load().writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint).start()
         try:
-            with Producer(client, stream, keys, rate, size) as producer:
+            writer = settings(server.url).boto3_client("kinesis")
+            with Producer(writer, stream, keys, rate, size) as producer:
                 # the query starts (registers its consumer, finds the tips) and every shard
                 # delivers; then WARMUP_S more, so the window holds steady state only
                 wait_for(lambda: sink.delivered_after(0.0) == len(keys), timeout=300,
@@ -205,11 +208,21 @@ def measure(spark: Any, url: str, mode: str, measure_s: float, shards: int = SHA
     return out
 
 
+CLUSTER_MASTER = "local-cluster[2,1,1024]"
+
+
+def run_cluster_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
+    """Polling and fan-out at 4 shards on ``CLUSTER_MASTER`` (two executor JVMs)."""
+    measure_s = QUICK_MEASURE_S if quick else MEASURE_S
+    return {"master": CLUSTER_MASTER, "polling": measure(spark, url, "polling", measure_s),
+            "efo": measure(spark, url, "efo", measure_s)}
+
+
 def run_suite(spark: Any, url: str, quick: bool) -> dict[str, Any]:
     """Polling and both kinds of fan-out at 4 shards; fan-out and polling at 100 shards (10
     written) and at 1 MiB/s a shard; each on its own stream and server."""
     measure_s = QUICK_MEASURE_S if quick else MEASURE_S
-    wide = {"shards": 100, "active": 10, "poll_s": 0.2}
+    wide = {"shards": 100, "active": 10}
     fast = {"rate": 16, "size": 64 * 1024}
     return {"polling": measure(spark, url, "polling", measure_s),
             "efo": measure(spark, url, "efo", measure_s),

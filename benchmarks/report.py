@@ -46,7 +46,7 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     _quota_targets(add, res.get("quota"))
     _tasks_targets(add, res.get("tasks"))
     _catchup_targets(add, res.get("catchup"))
-    _latency_targets(add, res.get("latency"))
+    _latency_targets(add, res.get("latency"), res.get("latency_cluster"))
     _sink_targets(add, res.get("sink"))
     over = res.get("overread")
     if over:
@@ -153,27 +153,43 @@ def _catchup_targets(add: Any, c: dict[str, Any] | None) -> None:
         f"{rate:.3f} MiB/s (executors alone {cap['executor_bytes_per_s'] / 1048576:.3f})", 0.45 <= rate <= 0.5)
 
 
-def _latency_targets(add: Any, lat: dict[str, Any] | None) -> None:
-    """Issue 22's rows: fan-out's per-shard batch period against the ~8 s the issue measured
-    (a new subscription per batch, refused within Kinesis' 5 s and backed off), and no refused
-    subscription."""
+def _latency_targets(add: Any, lat: dict[str, Any] | None, cluster: dict[str, Any] | None = None) -> None:
+    """Issue 49's rows: fan-out with the driver's subscriptions against polling in the same run
+    (latency, batch period), each record received once, no polling call and no refused
+    subscription in steady state; at 100 shards and at 1 MiB/s a shard the same, with the
+    planning helper's CPU per MiB received. Results before issue 49 (no ``efo_range``) get
+    issue 22's row."""
     if not lat:
         return
-    efo = lat["efo"]
-    period = efo["batch_period_s"]["p50"]
-    add("fan-out: a shard's batch period, p50 (Kinesis' 5 s subscription rule on)", "< 8 s (issue 22: ~8 s)",
-        period, f"{period:.2f} s (polling {lat['polling']['batch_period_s']['p50']:.2f} s)", period < 8.0)
-    refused = sum(efo["refused"].values())
-    add("fan-out: subscriptions refused", "= 0", refused,
-        f"{refused} of {efo['subscribe_calls']} calls", refused == 0)
-    if "polled" in efo:
-        polled = efo["polled"]
-        gets = polled.get("GetRecords", 0)
-        add("fan-out: GetRecords / GetShardIterator in steady state, driver and executors", "= 0", gets,
-            f"{gets} / {polled.get('GetShardIterator', 0)} in {efo['seconds']:.0f} s"
-            + (f" (efoTipWatch=false: {lat['efo_probes']['polled'].get('GetRecords', 0)} GetRecords)"
-               if "efo_probes" in lat else ""),
-            gets == 0 and polled.get("GetShardIterator", 0) == 0)
+    efo, polling = lat["efo"], lat["polling"]
+    if "efo_range" not in lat:
+        period = efo["batch_period_s"]["p50"]
+        add("fan-out: a shard's batch period, p50 (Kinesis' 5 s subscription rule on)", "< 8 s (issue 22: ~8 s)",
+            period, f"{period:.2f} s (polling {polling['batch_period_s']['p50']:.2f} s)", period < 8.0)
+        return
+    cases = [(lat.get("efo"), lat.get("polling"), f"{efo['shards']} shards"),
+             (lat.get("efo_100"), lat.get("polling_100"), "100 shards (10 written)"),
+             (lat.get("efo_1mib"), lat.get("polling_1mib"), "4 shards at 1 MiB/s each")]
+    if cluster:
+        cases.append((cluster.get("efo"), cluster.get("polling"), f"4 shards on {cluster.get('master')}"))
+    for e, p, where in cases:
+        if not e or not p:
+            continue
+        ms, pms = e["latency_ms"], p["latency_ms"]
+        add(f"fan-out put-to-sink p50, {where}", "<= 0.5 s and <= polling's", ms["p50"],
+            f"{ms['p50']:,.0f} ms (polling {pms['p50']:,.0f} ms)", ms["p50"] <= min(500, pms["p50"]))
+        add(f"fan-out put-to-sink p95, {where}", "<= 1.5 s", ms["p95"], f"{ms['p95']:,.0f} ms", ms["p95"] <= 1500)
+        period, pp = e["batch_period_s"]["p50"], p["batch_period_s"]["p50"]
+        add(f"fan-out batch period p50, {where}", "<= polling's", period, f"{period:.2f} s (polling {pp:.2f} s)",
+            period <= pp)
+        ratio = e.get("received_per_delivered")
+        add(f"fan-out bytes received / delivered, {where}", "<= 1.1", ratio,
+            f"{ratio:.3f}" if ratio is not None else "-", ratio is not None and ratio <= 1.1)
+        polled, refused = e["polled"], sum(e["refused"].values())
+        calls = polled.get("GetRecords", 0) + polled.get("GetShardIterator", 0)
+        add(f"fan-out GetRecords + GetShardIterator, refused subscriptions in steady state, {where}", "= 0, = 0",
+            calls + refused, f"{calls}, {refused} ({e['subscribe_calls']} SubscribeToShard calls in "
+            f"{e['seconds']:.0f} s)", calls == 0 and refused == 0)
 
 
 def _sink_targets(add: Any, sink: dict[str, Any] | None) -> None:
@@ -314,7 +330,7 @@ def _s(s: dict[str, Any], digits: int = 0, scale: float = 1.0) -> str:
 
 
 SUITES = ("read_path", "kpl", "commit", "planning", "memory", "e2e", "e2e_canned", "overhead", "quota", "tasks",
-          "overread", "catchup", "latency", "sink")
+          "overread", "catchup", "latency", "latency_cluster", "sink")
 _RUN_KEYS = ("command", "date", "quick", "machine", "results_file")
 
 
@@ -709,28 +725,49 @@ def _latency(res: dict[str, Any]) -> list[str]:
         return []
     p = lat["polling"]
     out = ["", f"### 11. Put-to-sink latency, polling and fan-out ({p['shards']} shards, {p['rate_per_shard']} "
-           "records/s each; moto behind the event-stream test server with Kinesis' subscription rules on)", "",
+           "records/s each unless said; moto behind the event-stream test server with Kinesis' subscription "
+           "rules on)", "",
            "Spark's default trigger into `foreachBatch`; a row's latency is the time its batch was collected "
            "less the time of its `PutRecords` call; a shard's batch period is the time between two batches that "
-           "held its rows.", "",
-           "| mode | window | rows | latency p50 | p95 | max | batch period p50 | p95 | SubscribeToShard calls "
-           "(refused) | GetRecords / GetShardIterator | bytes received / in the ranges |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for mode in ("polling", "efo", "efo_probes"):
-        if mode not in lat:
+           "held its rows. Calls, refusals and the data bytes pushed to subscribers are counted at the "
+           "event-stream server (every call of the query goes there); *received / delivered*: those bytes over "
+           "the data of the records put in the window. Helper CPU: the planning process's CPU seconds in the "
+           "window, per MiB the server pushed.", "",
+           "| mode | shards (written) | record | window | rows | latency p50 | p95 | max | batch period p50 | "
+           "p95 | SubscribeToShard calls (refused) | GetRecords / GetShardIterator | received / delivered | "
+           "helper CPU s per MiB |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    cluster = res.get("latency_cluster") or {}
+    rows = [(lat.get(mode), "") for mode in ("polling", "efo", "efo_range", "efo_probes", "polling_100", "efo_100",
+                                             "polling_1mib", "efo_1mib")]
+    rows += [(cluster.get(mode), f" on {cluster.get('master')}") for mode in ("polling", "efo")]
+    for r, where in rows:
+        if not r:
             continue
-        r = lat[mode]
+        mode = r["mode"]
         ms, per = r["latency_ms"], r["batch_period_s"]
-        calls = f"{r['subscribe_calls']} ({sum(r['refused'].values())})" if mode != "polling" else "-"
+        calls = f"{r['subscribe_calls']} ({sum(r['refused'].values())})" if not mode.startswith("polling") else "-"
         polled = r.get("polled")
         gets = f"{polled['GetRecords']:,} / {polled['GetShardIterator']:,}" if polled else "-"
-        got = r.get("bytes")
-        inside = got["read"] - got["extra"] if got else 0
-        ratio = f"{got['read'] / inside:.2f}" if got and inside > 0 else "-"
-        out.append(f"| {r['mode']} | {r['seconds']:.0f} s | {r['rows']:,} | {ms['p50']:,.0f} ms | "
-                   f"{ms['p95']:,.0f} ms | {ms['max']:,.0f} ms | {per['p50']:.2f} s | {per['p95']:.2f} s | "
-                   f"{calls} | {gets} | {ratio} |")
+        ratio = r.get("received_per_delivered")
+        if ratio is None and r.get("bytes"):  # (results before issue 49: the executors' reports)
+            got = r["bytes"]
+            inside = got["read"] - got["extra"]
+            ratio = got["read"] / inside if inside > 0 else None
+        cpu = r.get("helper_cpu_s_per_mib")
+        size = r.get("record_bytes")
+        record = f"{size:,} B at {r['rate_per_shard']}/s" if size else "-"
+        out.append(f"| {r['mode']}{where} | {r['shards']} ({r.get('active', r['shards'])}) | {record} | "
+                   f"{r['seconds']:.0f} s | {r['rows']:,} | {ms['p50']:,.0f} ms | {ms['p95']:,.0f} ms | "
+                   f"{ms['max']:,.0f} ms | "
+                   f"{per['p50']:.2f} s | {per['p95']:.2f} s | {calls} | {gets} | "
+                   f"{_opt(ratio)} | {_opt(cpu)} |")
     return out
+
+
+def _opt(value: float | None) -> str:
+    """A ratio to three places, or a dash."""
+    return f"{value:.3f}" if value is not None else "-"
 
 
 def _sink(res: dict[str, Any]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -14,8 +15,9 @@ from typing import Any
 from benchmarks.common import local_env
 
 
-def session() -> Any:
-    """A ``local[2]`` SparkSession on loopback with kinesis-ddb and the baselines registered."""
+def session(master: str = "local[2]") -> Any:
+    """A SparkSession (``local[2]`` unless said) on loopback with kinesis-ddb and the baselines
+    registered; executors of a ``local-cluster`` master get the environment they need."""
     local_env()
     from pyspark.sql import SparkSession
 
@@ -23,8 +25,13 @@ def session() -> Any:
     from benchmarks.naive import NaiveKinesisDataSource
     from kinesis_source import register
 
+    builder = SparkSession.builder
+    if master.startswith("local-cluster"):
+        for key in ("PYTHONPATH", "PYSPARK_PYTHON", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+            if key in os.environ:
+                builder = builder.config(f"spark.executorEnv.{key}", os.environ[key])
     spark = (
-        SparkSession.builder.master("local[2]")
+        builder.master(master)
         .appName("kinesis-ddb-benchmarks")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -83,9 +83,11 @@ class HandOut:
                 return False
             with self._shards.lock:  # (the run grows on the loop)
                 view = state.view
-                if state.feed is not None and view is not None and view.run is not None and view.run.starts(start):
+                feed = state.feed
+                if feed is not None and not feed.paused and view is not None and view.run is not None \
+                        and view.run.starts(start):
                     # the driver's subscription holds the range's first records: the rest are
-                    # on their way (a report or a seed named a newer tip), and the range goes whole
+                    # on their way (a probe's tip before it began), and the range goes whole
                     return not view.carries(start)
             # Subscriptions do not spend the polling budget, but Kinesis refuses a shard's next
             # one within 5 s of the last: the range waits here (probes go on, so its end is

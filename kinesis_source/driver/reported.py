@@ -87,6 +87,11 @@ class Reports:
             if tip.watch is None:
                 self._read(view, tip, now, made)
             newer = view.tip is None or seq_key(tip.seq) > seq_key(view.tip)
+            held = self._shards.state(key).feed
+            if newer and held is not None and held.view is view:
+                # the driver's subscription names the held shard's tips, each with its records
+                # in the run: a tip from elsewhere would make the next range wait for them
+                newer = False
             if newer:
                 view.tip, view.idle = tip.seq, 0
             if view.tip == tip.seq:

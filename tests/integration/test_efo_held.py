@@ -120,3 +120,37 @@ def test_a_batch_replayed_after_a_restart_is_read_exactly_then_held_again(
             fed(2)
         assert_exactly_once_in_order(before + sink.rows(), producer.sent)
         assert server.refused["LimitExceededException"] == 0
+
+
+@pytest.mark.backends("kinesis-local")  # (moto never ends a closed shard)
+def test_a_split_ends_the_parents_subscription_and_the_children_are_held_in_order(
+    spark, kinesis_backend, kinesis, make_stream, source_options, tmp_path
+):
+    """A shard split while held: the parent's subscription ends with the shard, its last
+    records go in a batch, and each child, once its parent's end is committed, is held from
+    its first record: every record once, each key's records in order, no subscription given
+    up."""
+    from tests.integration.test_resharding import KeyedProducer, split_in_two
+
+    stream = make_stream(1)
+    (parent,) = [s["ShardId"] for s in kinesis.list_shards(StreamName=stream)["Shards"]]
+    with EfoServer(kinesis_backend, activation_delay_s=0.3) as server:
+        options = {**_options(source_options, stream, server, "split"), "shardDiscoveryIntervalMs": "500"}
+        with KeyedProducer(kinesis, stream, keys=6, burst=4) as producer, \
+                running(spark, options, tmp_path / "q") as (query, sink):
+            wait_for(lambda: sink.count() >= 100, timeout=120, what="rows from the parent")
+            split_in_two(kinesis, stream, parent)
+            wait_for(lambda: len({r.shard_id for r in sink.rows()} - {parent}) == 2, timeout=120,
+                     what="rows from both children")
+            producer.stop()
+            assert producer.error is None, producer.error
+            wait_for(lambda: sink.count() >= len(producer.sent), timeout=120, what="every record")
+            report = source_report(query.lastProgress)
+        got = [(r.shard_id, r.seq, r.data) for r in sink.rows()]
+        assert len(got) == len(set(got)) and sorted(got) == sorted(producer.sent)
+        last: dict[str, int] = {}
+        for r in sink.rows():
+            key, n = r.data.decode().split(":")
+            assert int(n) == last.get(key, -1) + 1, f"{key}: {n} after {last.get(key)}"
+            last[key] = int(n)
+        assert report["heldShards"] == 2 and report["heldGivenUp"] == 0, report

@@ -26,6 +26,8 @@ Knobs that make it behave like Kinesis does over a long run:
 - ``refuse_deregistering_creating``: a CREATING consumer refuses ``DeregisterStreamConsumer``
   with ``ResourceInUseException`` (AWS does not say whether Kinesis does; a reader must cope);
 - ``chunk_bytes``: HTTP chunks of that size, cutting across event-stream messages;
+- ``poll_interval_s``: how often a subscription with nothing new looks at the backend again;
+  a write sent through this server wakes every subscription at once;
 - ``in_use_window_s`` (5 s, as Kinesis): a second SubscribeToShard of one consumer and shard
   within that window of the previous successful one is refused with ``ResourceInUseException``;
   after it, the new subscription takes over and the old one gets a ``ResourceInUseException``
@@ -262,6 +264,10 @@ class EfoServer:
         self._last_subscribe: dict[tuple[str, str], float] = {}
         self._last_call: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
+        # Writes forwarded through this server (PutRecord(s)) wake the subscriptions at once;
+        # writes that go to the backend directly are found by polling every poll_interval_s.
+        self._written = threading.Condition()
+        self._writes = 0
         self._stopping = threading.Event()
         self._backing = AwsSettings(
             region=region,
@@ -480,6 +486,7 @@ class EfoServer:
             if code is not None:
                 yield encode_exception(code, f"injected by the test EFO server: {code}")
                 return
+            seen = self._writes
             resp = self._backing.get_records(ShardIterator=iterator, Limit=self.page_limit)
             records = resp.get("Records", [])
             behind = int(resp.get("MillisBehindLatest") or 0)
@@ -511,7 +518,13 @@ class EfoServer:
                     self.sent_bytes += sum(len(r["Data"]) for r in records)
                 yield encode_event("SubscribeToShardEvent", event)
             if not records and behind == 0:
-                time.sleep(self.poll_interval_s)
+                self._wait_for_write(seen)
+
+    def _wait_for_write(self, seen: int) -> None:
+        """Wait until a write comes through this server after the ``seen``-th, or the poll
+        interval passed."""
+        with self._written:
+            self._written.wait_for(lambda: self._writes != seen, self.poll_interval_s)
 
     def _consumer_gone(self, arn: str) -> str | None:
         """Why a subscription of consumer ``arn`` cannot go on (it is being deleted), or None."""
@@ -588,6 +601,10 @@ class EfoServer:
                 data = resp.read()
                 conn.close()
                 target = self.headers.get("X-Amz-Target", "")
+                if resp.status == 200 and target.rpartition(".")[2] in ("PutRecord", "PutRecords"):
+                    with server._written:
+                        server._writes += 1
+                        server._written.notify_all()
                 if resp.status == 200 and target.endswith(".DescribeStreamSummary") and server._updating():
                     summary = json.loads(data)
                     summary["StreamDescriptionSummary"]["StreamStatus"] = "UPDATING"
