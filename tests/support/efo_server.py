@@ -264,10 +264,10 @@ class EfoServer:
         self._last_subscribe: dict[tuple[str, str], float] = {}
         self._last_call: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
-        # Writes forwarded through this server (PutRecord(s)) wake the subscriptions at once;
-        # writes that go to the backend directly are found by polling every poll_interval_s.
+        # Writes forwarded through this server (PutRecord(s)) wake their shards' subscriptions at
+        # once; writes that go to the backend directly are found by polling every poll_interval_s.
         self._written = threading.Condition()
-        self._writes = 0
+        self._writes: dict[tuple[str, str], int] = {}  # by (stream, shard)
         self._stopping = threading.Event()
         self._backing = AwsSettings(
             region=region,
@@ -486,7 +486,7 @@ class EfoServer:
             if code is not None:
                 yield encode_exception(code, f"injected by the test EFO server: {code}")
                 return
-            seen = self._writes
+            seen = self._writes.get((stream, sub.shard_id), 0)
             resp = self._backing.get_records(ShardIterator=iterator, Limit=self.page_limit)
             records = resp.get("Records", [])
             behind = int(resp.get("MillisBehindLatest") or 0)
@@ -518,13 +518,26 @@ class EfoServer:
                     self.sent_bytes += sum(len(r["Data"]) for r in records)
                 yield encode_event("SubscribeToShardEvent", event)
             if not records and behind == 0:
-                self._wait_for_write(seen)
+                self._wait_for_write((stream, sub.shard_id), seen)
 
-    def _wait_for_write(self, seen: int) -> None:
-        """Wait until a write comes through this server after the ``seen``-th, or the poll
-        interval passed."""
+    def _wait_for_write(self, shard: tuple[str, str], seen: int) -> None:
+        """Wait until a write to ``shard`` comes through this server after its ``seen``-th, or
+        the poll interval passed."""
         with self._written:
-            self._written.wait_for(lambda: self._writes != seen, self.poll_interval_s)
+            self._written.wait_for(lambda: self._writes.get(shard, 0) != seen, self.poll_interval_s)
+
+    def _wrote(self, request: bytes, answer: bytes) -> None:
+        """A write went through: wake the subscriptions of the shards it wrote to."""
+        try:
+            req, data = json.loads(request), json.loads(answer)
+            stream = req["StreamName"] if req.get("StreamName") else _stream_name(req.get("StreamARN", ""))
+        except (ValueError, KeyError, _ApiError):
+            return
+        shards = {r["ShardId"] for r in data.get("Records", []) if "ShardId" in r} or {data.get("ShardId")}
+        with self._written:
+            for shard in shards - {None}:
+                self._writes[(stream, shard)] = self._writes.get((stream, shard), 0) + 1
+            self._written.notify_all()
 
     def _consumer_gone(self, arn: str) -> str | None:
         """Why a subscription of consumer ``arn`` cannot go on (it is being deleted), or None."""
@@ -602,9 +615,7 @@ class EfoServer:
                 conn.close()
                 target = self.headers.get("X-Amz-Target", "")
                 if resp.status == 200 and target.rpartition(".")[2] in ("PutRecord", "PutRecords"):
-                    with server._written:
-                        server._writes += 1
-                        server._written.notify_all()
+                    server._wrote(body, data)
                 if resp.status == 200 and target.endswith(".DescribeStreamSummary") and server._updating():
                     summary = json.loads(data)
                     summary["StreamDescriptionSummary"]["StreamStatus"] = "UPDATING"

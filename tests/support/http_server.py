@@ -13,6 +13,9 @@ class LocalHTTPServer(ThreadingHTTPServer):
     printed."""
 
     daemon_threads = True
+    # a hundred subscriptions may connect at once, as to Kinesis: no connection is dropped from
+    # a full accept queue (the default holds 5)
+    request_queue_size = 256
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Print the error unless it is a dropped connection."""
