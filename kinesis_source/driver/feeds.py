@@ -107,9 +107,7 @@ class Feeds:
                  on_ended: Callable[[], None]) -> None:
         self._shards = shards
         self._rounds = rounds
-        # (botocore retries a refused subscription at once, which Kinesis' 1 call/s per shard
-        # refuses again, and re-sends one whose answer it lost, which then takes the first over:
-        # every subscription attempt goes through _ready's pacing instead)
+        # (no botocore retries: its re-sends broke the 1 call/s rule and took the first over)
         self._settings = dataclasses.replace(settings.silent_for_at_most(subscribe_timeout_s), max_retries=0)
         self._on_ended = on_ended
         self.arns: dict[str, str] = {}  # consumer ARN by stream
