@@ -87,6 +87,14 @@ def new_run(start: Position) -> CarriedRun:
     return CarriedRun("", [], None, origin=start.to_str())
 
 
+def _wait(retry_state: Any) -> float:
+    """How long a failed subscription waits before the next try."""
+    exc = retry_state.outcome.exception()
+    if isinstance(exc, ClientError) and error_code(exc) in (IN_USE, LIMIT_EXCEEDED):
+        return CALL_GAP_S  # the per-shard rules: the rate Kinesis allows, not a backoff
+    return wait_exponential(multiplier=0.5, max=5.0)(retry_state)
+
+
 @dataclass(eq=False)
 class Feed:
     """The driver's subscription of one shard, feeding one view's carried run."""
@@ -221,7 +229,7 @@ class Feeds:
             while state.feed is feed:
                 async for attempt in AsyncRetrying(
                     retry=retry_if_exception(recoverable), stop=stop_after_attempt(FEED_FAILURES),
-                    wait=self._wait, reraise=True,
+                    wait=_wait, reraise=True,
                 ):
                     with attempt:
                         await self._ready(state, feed)
@@ -239,13 +247,6 @@ class Feeds:
                 if state.feed is feed:
                     feed.task = None  # (ending now: not cancelled)
                     self._stop(state)
-
-    @staticmethod
-    def _wait(retry_state: Any) -> float:
-        exc = retry_state.outcome.exception()
-        if isinstance(exc, ClientError) and error_code(exc) in (IN_USE, LIMIT_EXCEEDED):
-            return CALL_GAP_S  # the per-shard rules: the rate Kinesis allows, not a backoff
-        return wait_exponential(multiplier=0.5, max=5.0)(retry_state)
 
     async def _ready(self, state: ShardState, feed: Feed) -> None:
         """Wait until the shard's next subscription may open: its run has room, no executor's
