@@ -8,6 +8,7 @@ on one asyncio loop in a daemon thread, and each synchronous call waits for its 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
@@ -19,6 +20,7 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT_S = 10.0  # how long close() waits for the background tasks to stop
+LAST_TIMEOUT_S = 10.0  # and then for its last step (closing clients)
 
 
 class LoopThread:
@@ -89,9 +91,21 @@ class LoopThread:
             self._tasks.clear()
             await last()
 
-        self.run(shutdown())
+        # Bounded: a loop stuck in a call must not keep the run from stopping (and from leaving
+        # its EFO consumers, which comes after).
+        done = asyncio.run_coroutine_threadsafe(shutdown(), self._loop)
+        stuck = False
+        try:
+            done.result(timeout=CLOSE_TIMEOUT_S + LAST_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            stuck = True
+            log.warning("%s did not close within %.0f s; stopping it anyway", self._name,
+                        CLOSE_TIMEOUT_S + LAST_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - closing: what failed is logged, the rest goes on
+            log.exception("%s: closing failed", self._name)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
+        if self._thread is not None and not stuck:
             self._thread.join(timeout=10)
-        self._loop.close()
+        if self._thread is None or not self._thread.is_alive():
+            self._loop.close()  # (a stuck loop is left to its daemon thread, ended with the process)
         self._loop = None

@@ -56,7 +56,8 @@ def test_efo_query_reads_the_same_rows_as_polling_across_resubscriptions(
         # loaded 2-core machine a CI run once took longer than 60 s for this).
         wait_for(
             lambda: not consumers_of(efo_client, stream), timeout=180,
-            what="the consumer to be deregistered on stop",
+            what=lambda: "the consumer to be deregistered on stop (DeregisterStreamConsumer "
+            f"calls: {server.calls.get('DeregisterStreamConsumer', 0)})",
         )
 
     # Another application: the EFO query's committed positions must not apply to it.

@@ -10,14 +10,19 @@ T = TypeVar("T")
 
 
 def wait_for(
-    condition: Callable[[], T], timeout: float = 60.0, interval: float = 0.1, what: str = ""
+    condition: Callable[[], T],
+    timeout: float = 60.0,
+    interval: float = 0.1,
+    what: str | Callable[[], str] = "",
 ) -> T:
-    """Poll ``condition`` until it returns a truthy value; fail with ``what`` at the deadline."""
+    """Poll ``condition`` until it returns a truthy value; fail with ``what`` at the deadline
+    (a callable is asked then, to describe the state the wait ended in)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what or condition}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {said or condition}")
         time.sleep(interval)

@@ -67,3 +67,27 @@ def test_post_runs_a_function_on_the_loop_thread_without_waiting_for_it():
             pass
 
         loop.close(nothing)
+
+
+def test_close_returns_when_the_loop_is_stuck_in_a_blocking_call(monkeypatch):
+    """A loop thread blocked in a synchronous call cannot run the shutdown: ``close`` gives up
+    after its timeouts instead of hanging, so what comes after it when a run stops (leaving
+    its EFO consumers) still happens."""
+    from kinesis_source.driver import runtime
+
+    monkeypatch.setattr(runtime, "CLOSE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(runtime, "LAST_TIMEOUT_S", 0.5)
+    loop = LoopThread("test-loop")
+    unblock = threading.Event()
+    loop.post(lambda: unblock.wait(30))  # the loop's thread is held here
+    worker = threading.Thread(target=loop.close, args=(_nothing,), daemon=True)
+    worker.start()
+    try:
+        worker.join(timeout=15)
+        assert not worker.is_alive(), "close() hung on a loop stuck in a blocking call"
+    finally:
+        unblock.set()
+
+
+async def _nothing() -> None:
+    pass
