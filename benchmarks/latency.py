@@ -1,7 +1,9 @@
 """Put-to-sink latency and each shard's batch period, polling against enhanced fan-out (issues 22
 and 49), on moto behind the event-stream test server of ``tests/support/efo_server.py`` with
 Kinesis' subscription rules on (a shard's next ``SubscribeToShard`` of one consumer is refused
-within 5 s of its last, and more than one call a second is refused).
+within 5 s of its last, and more than one call a second is refused). The server runs in a
+process of its own: in the benchmark's, a hundred subscriptions' threads slowed the producer's
+calls, whose stamps then measured the harness.
 
 A producer writes ``RATE`` records a second to each of ``SHARDS`` shards (one ``PutRecords``
 call per round through the event-stream server, which wakes its subscriptions at each write, a
@@ -131,6 +133,10 @@ def _figures(rows: list[tuple[float, str, float]]) -> dict[str, Any]:
 POLLED = ("GetRecords", "GetShardIterator")
 
 
+def _calls(counters: dict[str, Any], op: str) -> int:
+    return int(counters["calls"].get(op, 0))
+
+
 def _helper_cpu(query: Any) -> float:
     """The planning helper's CPU seconds so far, from the source's last progress."""
     from tests.support.spark_query import source_report
@@ -143,15 +149,15 @@ def measure(spark: Any, url: str, mode: str, measure_s: float, shards: int = SHA
     """One mode's run on a fresh stream, behind a fresh event-stream server: ``active`` of the
     ``shards`` written, through that server (each write wakes its subscriptions; one with
     nothing new looks at moto again every ``poll_s``, for Kinesis' heartbeat events)."""
-    from tests.support.efo_server import EfoServer
+    from tests.support.efo_process import EfoServerProcess
 
     client = settings(url).boto3_client("kinesis")
     label = mode + "".join(f"-{k}={v}" for k, v in extra.items())
     stream = create_stream(client, shards, f"latency-{mode}-{shards}-{len(extra)}-{size}")
     keys = shard_hash_keys(client, stream)[:active or shards]
     checkpoint = tempfile.mkdtemp(prefix="kddb-latency-")
-    with EfoServer(url, activation_delay_s=1.0, poll_interval_s=poll_s) as server:
-        server.in_use_window_s, server.min_call_gap_s = 5.0, 1.0  # as Kinesis
+    as_kinesis = {"in_use_window_s": 5.0, "min_call_gap_s": 1.0}
+    with EfoServerProcess(url, as_kinesis, activation_delay_s=1.0, poll_interval_s=poll_s) as server:
         options = source_options(server.url, stream, initialPosition="LATEST", consumerMode=mode, **extra)
         options["dynamodbEndpointUrl"] = url
         sink = Sink()
@@ -168,19 +174,16 @@ def measure(spark: Any, url: str, mode: str, measure_s: float, shards: int = SHA
                          what="every shard's first rows")
                 time.sleep(WARMUP_S)
                 since = time.time()
-                refused_before = dict(server.refused)
-                subscribed_before = server.subscriptions
-                called_before = server.calls.get("SubscribeToShard", 0)
-                polled_before = {op: server.calls.get(op, 0) for op in POLLED}
-                sent_before, put_before = server.sent_bytes, producer.sent
+                before, put_before = server.counters(), producer.sent
                 cpu_before = _helper_cpu(query)
                 time.sleep(measure_s)  # the measured window
                 until = time.time()
-                refused = {k: v - refused_before.get(k, 0) for k, v in server.refused.items()}
-                subscriptions = server.subscriptions - subscribed_before
-                calls = server.calls.get("SubscribeToShard", 0) - called_before
-                polled = {op: server.calls.get(op, 0) - polled_before[op] for op in POLLED}
-                pushed = server.sent_bytes - sent_before
+                after = server.counters()
+                refused = {k: v - before["refused"].get(k, 0) for k, v in after["refused"].items()}
+                subscriptions = after["subscriptions"] - before["subscriptions"]
+                calls = _calls(after, "SubscribeToShard") - _calls(before, "SubscribeToShard")
+                polled = {op: _calls(after, op) - _calls(before, op) for op in POLLED}
+                pushed = after["sent_bytes"] - before["sent_bytes"]
                 put = producer.sent - put_before
                 cpu = _helper_cpu(query) - cpu_before
                 # a shard's rows arrive in order: once one put after the window is in, all of
