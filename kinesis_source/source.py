@@ -144,6 +144,8 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         # Offsets Spark handed back as dicts, parsed: Spark's next start is the end this reader
         # returned last, so parsing (O(shards) in Python) happens once per offset, not per call.
         self._parsed: list[tuple[dict, Offset]] = []
+        # The last batch planned: (start, end) and its partitions.
+        self._planned: tuple[tuple[Offset, Offset], list[RangePartition]] | None = None
 
     def _offset(self, data: dict) -> Offset:
         """``data`` (an offset Spark handed back) parsed, reusing the Offset it came from."""
@@ -160,6 +162,7 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
         state = self.__dict__.copy()
         state["_planner"] = None
         state["_checkpointer"] = None
+        state["_planned"] = None
         state["_start"] = None
         state["_consumers"] = None
         state["_known_end"] = None
@@ -280,7 +283,15 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         """The shard ranges that hold records, grouped into tasks (``shardsPerTask``); first,
         the check that no newer query owns the application (a fenced query stops before it
-        reads), with the eager DynamoDB write of ``latestOffset`` waited for."""
+        reads), with the eager DynamoDB write of ``latestOffset`` waited for.
+
+        Asked again for the same batch, it returns the same partitions: their ranges were
+        handed out (fan-out's held records taken, executor reads booked). Spark's scan may plan
+        a batch more than once (``planInputPartitions`` says so); pyspark 4.0's
+        ``foreachBatch`` with two actions plans once, as measured."""
+        key = (self._offset(start), self._offset(end))
+        if self._planned is not None and self._planned[0] == key:
+            return self._planned[1]
         self.checkpointer.before_batch()
         from kinesis_source.driver.planner import plan_ranges
         from kinesis_source.driver.tasks import group, shards_per_task
@@ -301,7 +312,9 @@ class KinesisStreamReader(DataSourceStreamReader, *_AVAILABLE_NOW):  # type: ign
             arn = arns.get(r.stream) if not booking[5] else None
             reads.append(ShardRead(r, arn, hashes.get(r.shard), *booking))
         per_task = shards_per_task(len(reads), self._opts.shards_per_task, self._parallelism)
-        return [RangePartition.of(task, settings, self._opts, report_to) for task in group(reads, per_task)]
+        planned = [RangePartition.of(task, settings, self._opts, report_to) for task in group(reads, per_task)]
+        self._planned = (key, planned)
+        return planned
 
     def _consumer_arns(self) -> dict[str, str]:
         """Each stream's EFO consumer ARN (registered and waited for on first use)."""

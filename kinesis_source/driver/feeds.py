@@ -54,11 +54,16 @@ from kinesis_source.read_rate import page_bytes
 log = logging.getLogger(__name__)
 
 # Bytes one shard's run may hold before its subscription pauses, and about that many over all
-# the shards held (the helper's memory; a range's records also travel in its task).
+# the shards held (the helper's memory; a range's records also travel in its task). A record
+# counts its data and key and RECORD_OVERHEAD for what holding it costs besides (its dict, a
+# 56-digit sequence number, its time; pickled into the task about half that), so a run of tiny
+# records is bounded too.
 RUN_MAX_BYTES = 4 << 20
 RUNS_MAX_BYTES = 256 << 20
+RECORD_OVERHEAD = 200
 # Failures before a subscription's first event, in a row, before the shard is left to the
-# probes and executor subscriptions (a failure after events renews the subscription at once).
+# probes and executor subscriptions (a failure after events renews the subscription as soon as
+# Kinesis' 5 s rule allows; the next range handed to an executor starts one again).
 FEED_FAILURES = 8
 # While an executor's own subscription reads the shard, the driver looks this often whether
 # its report came.
@@ -77,6 +82,11 @@ class FeedGap(Exception):
 def holdable(start: Position) -> bool:
     """True when a subscription opened at ``start`` returns exactly a range's records from it."""
     return (start.kind == AFTER and start.sub_seq is None) or start.kind in (TRIM_HORIZON, AT_TIMESTAMP)
+
+
+def held_bytes(run: CarriedRun) -> int:
+    """What a run costs to hold, for the run cap (see :data:`RECORD_OVERHEAD`)."""
+    return run.size + RECORD_OVERHEAD * len(run.records)
 
 
 def new_run(start: Position) -> CarriedRun:
@@ -123,7 +133,7 @@ class Feeds:
         self._tasks: set[asyncio.Task] = set()
         self._live = 0  # shards held (the per-shard run cap divides the helper's memory among them)
         self.off = False  # Trigger.AvailableNow: a backlog to a target, read by executors
-        self.subscriptions = self.refused = self.given_up = 0
+        self.subscriptions = self.refused = self.given_up = self.pauses = 0
         self.events = self.records = self.bytes = 0
 
     # -- what the tip table and the hand-out tell ------------------------------------------
@@ -160,7 +170,8 @@ class Feeds:
         is half empty (loop)."""
         state = self._shards.get(key)
         feed = state.feed if state is not None else None
-        if feed is not None and feed.paused and (feed.view.run is None or feed.view.run.size <= self.run_cap() // 2):
+        run = feed.view.run if feed is not None else None
+        if feed is not None and feed.paused and (run is None or held_bytes(run) <= self.run_cap() // 2):
             feed.paused = False
             feed.resume.set()
 
@@ -208,6 +219,7 @@ class Feeds:
 
     def _probed_again(self, state: ShardState, feed: Feed) -> None:
         view = feed.view
+        view.held = False  # (a wait for the 5 s rule no longer applies: probes find the tips)
         if view.watched_until == math.inf:
             view.watched_until = 0.0
             if state.view is view and view.live():
@@ -291,6 +303,8 @@ class Feeds:
                     await self._rounds.notify()  # (a first answer may wait for this event)
                 if not going:
                     return
+                if feed.paused:  # the run is full: stop reading, the subscription kept (see _apply)
+                    await feed.resume.wait()
         except _FeedOver:
             raise
         except Exception as exc:
@@ -316,9 +330,7 @@ class Feeds:
             view, run = feed.view, feed.view.run
             if state.feed is not feed or state.view is not view or run is None or run.last != feed.last:
                 raise _FeedOver()  # replaced, or its run dropped by a range it did not start
-            if check is not None:
-                if not records:
-                    return check, True
+            if check is not None and records:
                 if records[0]["SequenceNumber"] != check:
                     raise FeedGap(f"the subscription of {state.key} opened at record {check} sent "
                                   f"{records[0]['SequenceNumber']} first")
@@ -340,9 +352,12 @@ class Feeds:
             if event_ended(event):
                 view.ended = True
                 self._on_ended()
-            elif run.size > self.run_cap():
-                feed.paused, going = True, False
+            elif held_bytes(run) > self.run_cap():
+                # stop reading until a batch takes the run: the connection's flow control holds
+                # Kinesis back (a new subscription would wait out the 5 s rule after the batch)
+                feed.paused = True
                 feed.resume.clear()
+                self.pauses += 1
             if view.state() != before:
                 self._shards.changed.add(state.key)
             if view.ended:

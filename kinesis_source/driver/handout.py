@@ -84,14 +84,14 @@ class HandOut:
             with self._shards.lock:  # (the run grows on the loop)
                 view = state.view
                 feed = state.feed
-                if feed is not None and not feed.paused and view is not None and view.run is not None \
-                        and view.run.starts(start):
-                    # the driver's subscription holds the range's first records: the rest are
-                    # on their way (a probe's tip before it began), and the range goes whole
+                if feed is not None and view is not None and view.run is not None and view.run.starts(start):
+                    # the driver's subscription holds the range's first records (paused or not):
+                    # the rest are on their way (a probe's tip before it began), and the range
+                    # goes whole
                     return not view.carries(start)
             # Subscriptions do not spend the polling budget, but Kinesis refuses a shard's next
-            # one within 5 s of the last: the range waits here (probes go on, so its end is
-            # fresh when it goes) instead of in a task retrying refused calls.
+            # one within 5 s of the last: the range waits here instead of in a task retrying
+            # refused calls (and the shard's probes with it, until its range is handed out).
             return time.time() < state.subscribed_at + DRIVER_GAP_S
         if self._tips.carries(sid, start):
             return False  # the range goes to its executor whole: no call to wait for
@@ -111,6 +111,7 @@ class HandOut:
         subscribing = []
         for rng in ranges:
             carried = self._tips.carry(rng.shard, rng.start, rng.end_seq)
+            self._tips.hold_all((rng.shard,), False)  # its records wait no longer
             if carried is not None and carried[1]:
                 out[rng.shard] = (None, 0.0, None, None, None, carried[0], None)
                 self.carried_ranges += 1
@@ -126,8 +127,9 @@ class HandOut:
     def subscribing(self, ranges: list[ShardRange], address: ReportAddress | None) -> None:
         """Fan-out reads of ``ranges`` subscribe after now (their reports bring the actual
         times); subscriptions do not spend the polling budget."""
-        if address is not None:
-            self._tips.reading([r.shard for r in ranges], time.monotonic() + READ_HOLD_S)
+        # Unreported until their reports come, or (none asked) the batch is over: the driver's
+        # next subscription must not take a shard over from its executor's.
+        self._tips.reading([r.shard for r in ranges], time.monotonic() + READ_HOLD_S if address is not None else None)
         wall = time.time()
         for rng in ranges:
             state = self._shards.state(rng.shard)

@@ -331,11 +331,13 @@ def _stats(parts: Parts | None, kinesis: AsyncKinesis | None, byte_budget: ByteB
 
 def _feed_stats(feeds: Feeds | None) -> dict[str, int]:
     """The driver's own fan-out subscriptions (``efoSubscriptions=query``): shards held, calls
-    that subscribed and that Kinesis refused, shards given up to executors, what was received."""
+    that subscribed and that Kinesis refused, shards given up to executors, times a full run
+    paused its subscription, what was received."""
     if feeds is None:
         return {}
     return {"heldShards": feeds.held(), "driverSubscriptions": feeds.subscriptions,
             "driverSubscriptionsRefused": feeds.refused, "heldGivenUp": feeds.given_up,
+            "heldPauses": feeds.pauses,
             "driverEventsReceived": feeds.events, "driverRecordsReceived": feeds.records,
             "driverBytesReceived": feeds.bytes}
 

@@ -181,14 +181,15 @@ class TipTable:
         if error is not None:
             raise error
 
-    def reading(self, keys: list[ShardId], until: float) -> None:
+    def reading(self, keys: list[ShardId], until: float | None) -> None:
         """Executors are about to read ``keys`` and report what they saw past the ends: no
-        probe of them until their report, or ``until`` (monotonic) if none comes."""
+        probe of them until their report, or ``until`` (monotonic; None: no report asked,
+        probes go on, and only the batch's end releases the shard) if none comes."""
         with self._lock:
             for key in keys:
                 view = self._view(key)
                 if view is not None:
-                    view.reading_until = until
+                    view.reading_until = view.reading_until if until is None else until
                     self._shards.unreported.add(key)
 
     def batch_over(self) -> None:

@@ -9,7 +9,7 @@ import pytest
 from tests.integration.test_stream_read import assert_exactly_once_in_order
 from tests.support.efo_server import EfoServer
 from tests.support.producer import Producer
-from tests.support.spark_query import running, source_report
+from tests.support.spark_query import Collector, running, source_report
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -57,6 +57,99 @@ def test_held_subscriptions_receive_each_record_once_and_make_no_call_per_batch(
         assert_exactly_once_in_order(sink.rows(), producer.sent)
         assert server.refused == {"ResourceInUseException": 0, "LimitExceededException": 0}
         wait_for(lambda: server.live_subscriptions() == 0, timeout=60, what="the subscriptions to end with the query")
+
+
+class CountingFirst(Collector):
+    """A sink that runs two actions on each batch, unpersisted: a count, then the collect."""
+
+    def __call__(self, df, batch_id):
+        self.counted = df.count()
+        super().__call__(df, batch_id)
+
+
+@pytest.mark.backends("moto")
+def test_a_batch_planned_twice_hands_its_held_records_out_once(
+    spark, kinesis_backend, kinesis, make_stream, source_options, tmp_path
+):
+    """A ``foreachBatch`` running two actions on each batch (unpersisted) keeps held mode's
+    promise: no range falls to an executor's own subscription (which would end the driver's
+    and receive the records again), each record is received once. (pyspark 4.0 plans such a
+    batch once, measured; a scan that plans it again gets the same partitions.)"""
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    with EfoServer(kinesis_backend, activation_delay_s=0.3) as server:
+        opts = _options(source_options, stream, server, "twice")
+        with running(spark, opts, tmp_path / "q", sink=CountingFirst()) as (query, sink):
+            _fed(producer, sink, 2)
+            wait_for(lambda: query.lastProgress and source_report(query.lastProgress).get("heldShards") == 2,
+                     timeout=60, what="both shards held by the driver")
+            subscribed, sent = server.subscriptions, server.sent_bytes
+            delivered = sum(len(r.data) for r in sink.rows())
+            _fed(producer, sink, 4)
+            assert server.subscriptions == subscribed, "a batch planned twice opened a subscription"
+            assert server.sent_bytes - sent == sum(len(r.data) for r in sink.rows()) - delivered
+            assert source_report(query.lastProgress)["executorReadsBooked"] == 0
+        assert_exactly_once_in_order(sink.rows(), producer.sent)
+
+
+@pytest.mark.backends("moto")
+def test_a_subscription_given_up_leaves_its_shard_to_probes_and_executors_then_is_held_again(
+    spark, kinesis_backend, kinesis, make_stream, source_options, tmp_path
+):
+    """An error a new subscription cannot get past (here an exception event the driver does not
+    retry) ends the driver's subscription of a shard: its probes find the shard's new records,
+    an executor's own subscription reads their range, and the driver holds the shard again
+    after it. Nothing is lost or repeated, and the shard is never left unread."""
+    stream = make_stream(2)
+    producer = Producer(kinesis, stream)
+    with EfoServer(kinesis_backend, activation_delay_s=0.3) as server:
+        with running(spark, _options(source_options, stream, server, "given-up"), tmp_path / "q") as (query, sink):
+            _fed(producer, sink, 2)
+            wait_for(lambda: query.lastProgress and source_report(query.lastProgress).get("heldShards") == 2,
+                     timeout=60, what="both shards held by the driver")
+            server.inject_error("KMSAccessDeniedException", after_events=1, times=1)
+            wait_for(lambda: (producer.put(2) or True) and source_report(query.lastProgress).get("heldGivenUp", 0) >= 1,
+                     timeout=60, what="a driver subscription given up", interval=1.0)
+            _fed(producer, sink, 4)
+            wait_for(lambda: (producer.put(2) or True) and source_report(query.lastProgress).get("heldShards") == 2,
+                     timeout=90, what="the shard held again", interval=1.0)
+            _fed(producer, sink, 1)
+            report = source_report(query.lastProgress)
+            assert report["driverSubscriptions"] >= 3  # both shards', then the one held again
+            assert server.subscriptions > report["driverSubscriptions"], "no executor read the shard"
+        assert_exactly_once_in_order(sink.rows(), producer.sent)
+        assert server.injected == {"KMSAccessDeniedException": 1}
+
+
+@pytest.mark.backends("moto")
+def test_a_full_run_pauses_its_subscription_and_resumes_it_without_a_new_one(
+    spark, kinesis_backend, kinesis, make_stream, source_options, tmp_path
+):
+    """More than a held shard's run may hold (4 MiB) arrives between two batches (a trigger of
+    8 s): the subscription stops reading, kept open, and reads on once a batch took the run;
+    no new subscription (which would wait out Kinesis' 5 s rule after each batch), every record
+    once, in order."""
+    stream = make_stream(1)
+    producer = Producer(kinesis, stream)
+    with EfoServer(kinesis_backend, activation_delay_s=0.3) as server:
+        opts = _options(source_options, stream, server, "paused")
+        with running(spark, opts, tmp_path / "q", trigger_ms=8000) as (query, sink):
+            _fed(producer, sink, 1)
+            wait_for(lambda: query.lastProgress and source_report(query.lastProgress).get("heldShards") == 1,
+                     timeout=60, what="the shard held by the driver")
+            subscribed = server.subscriptions
+            big = [f"big-{i:03d}-".encode().ljust(64 * 1024, b"x") for i in range(100)]  # 6.4 MiB
+            for at in range(0, len(big), 10):
+                kinesis.put_records(StreamName=stream, Records=[
+                    {"Data": data, "PartitionKey": "k"} for data in big[at:at + 10]])
+            wait_for(lambda: sum(len(r.data) for r in sink.rows()) >= 100 * 64 * 1024, timeout=180,
+                     what="the 100 large records")
+            report = source_report(query.lastProgress)
+            assert report["heldPauses"] >= 1, report
+            assert server.subscriptions == subscribed, "the pause cost a new subscription"
+        delivered = [r.data for r in sink.rows() if r.data.startswith(b"big-")]
+        assert delivered == big  # each once, in order
+        assert server.refused == {"ResourceInUseException": 0, "LimitExceededException": 0}
 
 
 @pytest.mark.backends("moto")
