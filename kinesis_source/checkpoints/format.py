@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from kinesis_source.positions import AFTER, AT, SHARD_END, Offset, Position, ShardId
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 
 META_KEY = "meta"
@@ -128,6 +128,10 @@ class Meta:
     resolved: Offset | None = None
     initial_id: str | None = None
     spec_id: str | None = None  # names the spec#NNNN items holding a long initial_spec
+    compacted_through: str | None = None  # format 4: the last log entry the buckets hold
+    base_epoch: int = 0  # format 4: items of an earlier epoch predate a reset
+    compacted_at: str | None = None
+    compacted_write_units: int = 0  # of the last compaction
 
     @staticmethod
     def from_item(item: Mapping[str, Any]) -> Meta:
@@ -144,6 +148,10 @@ class Meta:
             resolved=Offset.from_json(resolved) if resolved else None,
             initial_id=item.get("initialId"),
             spec_id=item.get("initialSpecId"),
+            compacted_through=item.get("compactedThrough"),
+            base_epoch=int(item.get("baseEpoch", 0)),
+            compacted_at=item.get("compactedAt"),
+            compacted_write_units=int(item.get("compactedWru", 0)),
         )
 
 
@@ -164,6 +172,7 @@ class Snapshot:
     meta: Meta | None
     shards: Mapping[ShardId, StoredShard]
     legacy: frozenset[str] = frozenset()  # sort keys of format-1 items still in the table
+    log: tuple[Any, ...] = ()  # format 4's live log entries (deltas.LogEntry), oldest first
 
     def positions(self) -> dict[ShardId, Position]:
         """Committed positions by shard."""
@@ -211,64 +220,3 @@ def transactions(writes: list[tuple[str, dict, int]]) -> list[list[tuple[str, di
         chunks[-1].append(write)
         size += write[2]
     return chunks
-
-
-@dataclass
-class ItemsRead:
-    """One application's items as a query returned them, parsed: the meta item (its stored
-    initial positions filled in from the ``initial#NN`` set it names), the committed
-    positions (format 1 and 2 merged), and what a writer needs to rewrite them."""
-
-    meta: Meta | None = None
-    shards: dict[ShardId, StoredShard] = field(default_factory=dict)
-    legacy_keys: list[str] = field(default_factory=list)  # format-1 items still there
-    versions: dict[str, int] = field(default_factory=dict)  # bucket sort key -> version
-    initial_keys: set[str] = field(default_factory=set)  # every initial#NN item
-    spec_keys: set[str] = field(default_factory=set)  # every spec#NNNN item
-
-
-def read_items(raw_items: Iterable[Mapping[str, dict]]) -> ItemsRead:
-    """Parse the raw (attribute-value) items of one application."""
-    out = ItemsRead()
-    legacy: dict[ShardId, StoredShard] = {}
-    initial: dict[str, dict[str, str]] = {}  # by initialId: offset key -> position
-    specs: dict[str, dict[str, str]] = {}  # by initialSpecId: sort key -> text
-    for raw in raw_items:
-        item = from_ddb(raw)
-        key = item["key"]
-        if key == META_KEY:
-            out.meta = Meta.from_item(item)
-        elif key.startswith(BUCKET_PREFIX):
-            out.versions[key] = int(item.get("version", 0))
-            for offset_key, entry in json.loads(item["positions"]).items():
-                out.shards[ShardId.parse(offset_key)] = shard_of_entry(entry)
-        elif key.startswith(INITIAL_PREFIX):
-            out.initial_keys.add(key)
-            initial.setdefault(item.get("initialId", ""), {}).update(json.loads(item["positions"]))
-        elif key.startswith(SPEC_PREFIX):
-            out.spec_keys.add(key)
-            specs.setdefault(item.get("specId", ""), {})[key] = item["text"]
-        elif key.startswith(SHARD_PREFIX):
-            out.legacy_keys.append(key)
-            legacy[shard_of_item_key(key)] = StoredShard(
-                position=Position.parse(item["position"]),
-                epoch=int(item.get("epoch", 0)),
-                owner=item.get("owner"),
-                committed_at=item.get("committedAt"),
-            )
-    meta = out.meta
-    if meta is not None and meta.initial_id is not None:
-        # The set the meta item names wins over format 2's inline offset, and items of any
-        # other set (a save or a reset cut short) are not read.
-        stored = initial.get(meta.initial_id, {})
-        out.meta = meta = replace(
-            meta, resolved=Offset({ShardId.parse(k): Position.parse(p) for k, p in stored.items()})
-        )
-    if meta is not None and meta.spec_id is not None:
-        parts = specs.get(meta.spec_id, {})
-        out.meta = replace(meta, initial_spec="".join(parts[k] for k in sorted(parts)) or None)
-    for sid, old in legacy.items():
-        # A migration cut short leaves both: the further one is the commit.
-        if sid not in out.shards or advances(old.position, out.shards[sid].position):
-            out.shards[sid] = old
-    return out

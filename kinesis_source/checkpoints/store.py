@@ -44,19 +44,20 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from kinesis_source.aws.clients import error_code
 from kinesis_source.aws.retries import is_connect_error
+from kinesis_source.checkpoints import commit_log
+from kinesis_source.checkpoints.deltas import Ring
 from kinesis_source.checkpoints.format import (
     FORMAT_VERSION,
     MAX_INLINE_SPEC,
     META_KEY,
     Meta,
     Snapshot,
-    StoredShard,
-    advances,
+    bucket_key,
     from_ddb,
     now_iso,
-    order_key,
-    read_items,
 )
+from kinesis_source.checkpoints.reading import read_items
+from kinesis_source.checkpoints.sizing import item_bytes
 from kinesis_source.checkpoints.table import ensure_table
 from kinesis_source.checkpoints.writes import FencedWriter
 from kinesis_source.errors import (
@@ -109,6 +110,24 @@ def _names_the_table(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def fenced_error(where: str, epoch: int, meta: Meta) -> CheckpointFencedError:
+    """What a query of ``epoch`` is told once ``meta`` shows it was fenced."""
+    if (meta.owner or "").startswith(RESET_OWNER):
+        return CheckpointFencedError(
+            f"The {where} was reset ({meta.owner} on {meta.claimed_at}, epoch "
+            f"{meta.epoch}) while this query ran (epoch {epoch}). This query stops so that "
+            "it does not write positions over the reset: start it again with a new Spark "
+            "checkpoint location to read from the new start position (with its old one, "
+            "Spark's offset log resumes where the query stopped)."
+        )
+    return CheckpointFencedError(
+        f"The {where} was claimed by another query (owner {meta.owner} on "
+        f"{meta.owner_host}, epoch {meta.epoch}, at {meta.claimed_at}) after this one "
+        f"(epoch {epoch}). This query stops so that the two cannot overwrite each other's "
+        "positions: stop the other query, or give this one another 'applicationName'."
+    )
+
+
 class CheckpointStore:
     """One application's rows in the checkpoint table, over a boto3 DynamoDB client.
 
@@ -158,11 +177,14 @@ class CheckpointStore:
         meta, shards = read.meta, read.shards
         if meta is not None and meta.format_version > FORMAT_VERSION:
             raise self._newer_format(meta.format_version)
-        self._writes.known = dict(shards)
-        self._writes.versions = read.versions
-        self._writes.initial_keys = read.initial_keys
+        writes = self._writes
+        writes.known = dict(shards)
+        writes.bucket_bytes = read.bucket_bytes
+        writes.initial_keys = read.initial_keys
+        writes.ring = read.ring
+        writes.meta_bytes = read.meta_bytes
         self._spec_keys = read.spec_keys
-        return Snapshot(meta, shards, frozenset(read.legacy_keys))
+        return Snapshot(meta, shards, frozenset(read.legacy_keys), tuple(read.log))
 
     def _newer_format(self, version: int) -> CheckpointError:
         return CheckpointError(
@@ -202,6 +224,7 @@ class CheckpointStore:
             meta = self.snapshot_meta()
             raise self._newer_format(meta.format_version if meta else FORMAT_VERSION + 1) from None
         meta = Meta.from_item(from_ddb(resp["Attributes"]))
+        self._writes.meta_bytes = item_bytes(resp["Attributes"])
         log.info("claimed %s as epoch %d (owner %s)", self._where(), meta.epoch, owner)
         return meta
 
@@ -221,21 +244,7 @@ class CheckpointStore:
             raise self._fenced(epoch, meta)
 
     def _fenced(self, epoch: int, meta: Meta | None = None) -> CheckpointFencedError:
-        meta = meta or self.snapshot_meta() or Meta()
-        if (meta.owner or "").startswith(RESET_OWNER):
-            return CheckpointFencedError(
-                f"The {self._where()} was reset ({meta.owner} on {meta.claimed_at}, epoch "
-                f"{meta.epoch}) while this query ran (epoch {epoch}). This query stops so that "
-                "it does not write positions over the reset: start it again with a new Spark "
-                "checkpoint location to read from the new start position (with its old one, "
-                "Spark's offset log resumes where the query stopped)."
-            )
-        return CheckpointFencedError(
-            f"The {self._where()} was claimed by another query (owner {meta.owner} on "
-            f"{meta.owner_host}, epoch {meta.epoch}, at {meta.claimed_at}) after this one "
-            f"(epoch {epoch}). This query stops so that the two cannot overwrite each other's "
-            "positions: stop the other query, or give this one another 'applicationName'."
-        )
+        return fenced_error(self._where(), epoch, meta or self.snapshot_meta() or Meta())
 
     @_names_the_table
     def save_initial(
@@ -280,40 +289,26 @@ class CheckpointStore:
         """Write positions in fenced transactions; returns the number of calls made.
 
         A position behind the stored one is refused (nothing is written); one equal to it is
-        left alone. Each transaction is conditional on the meta item still holding ``epoch``
-        and on every bucket it rewrites still being at the version last seen here.
+        left alone. The positions that moved go into one log item (format 4, ``deltas.py``),
+        written in a transaction conditional on the meta item still holding ``epoch`` and on
+        the log slot still holding what was last seen here; a compaction goes first when the
+        log's ring has no free slot.
 
         ``forget`` names shards to drop from the table, in the same transactions: only shards
         stored at ``SHARD_END`` are dropped (the caller knows a resume finds them finished
         without them), so resharding does not grow the table without bound.
         """
-        known = self._writes.known_shards()
-        for key, pos in positions.items():
-            if order_key(pos) is None:
-                raise ValueError(f"position {pos} of {key} is not a commit position")
-        behind = sorted(
-            str(k) for k, p in positions.items()
-            if k in known and advances(known[k].position, p)
-        )
-        if behind:
-            raise CheckpointError(
-                f"Refused to move shard(s) {', '.join(behind)} of the {self._where()} "
-                "backwards: their stored positions are ahead of this commit (was the "
-                "application reset while this query ran?)"
-            )
-        now = now_iso()
-        changed = {
-            k: StoredShard(p, epoch, owner, now)
-            for k, p in positions.items()
-            if k not in known or known[k].position != p
-        }
-        dropped = {
-            k for k in forget
-            if k not in positions and k in known and known[k].position.is_shard_end
-        }
+        changed, dropped = commit_log.changes(self._writes, epoch, owner, positions, forget)
         if not changed and not dropped:
             return 0
-        return self._writes.buckets(epoch, changed, now, dropped=dropped)
+        return commit_log.commit(self._writes, epoch, owner, changed, dropped).calls
+
+    @_names_the_table
+    def compact(self, epoch: int) -> int:
+        """Fold the commit log into the buckets now (commits do it when the log's ring is
+        full); returns the number of calls made."""
+        self._writes.known_shards()
+        return commit_log.compact(self._writes, epoch, now_iso()).calls
 
     @_names_the_table
     def migrate(self, epoch: int) -> int:
@@ -322,7 +317,10 @@ class CheckpointStore:
         snap = self.snapshot()
         if not snap.legacy:
             return 0
-        calls = self._writes.buckets(epoch, dict(snap.shards), now_iso(), sorted(snap.legacy))
+        writes = self._writes
+        writes.ring.dirty |= {bucket_key(k) for k in snap.shards}
+        calls = commit_log.compact(writes, epoch, now_iso()).calls
+        calls += writes.run(epoch, [writes.delete(k) for k in sorted(snap.legacy)])
         log.info(
             "moved %d shard position(s) of the %s to format %d in %d call(s)",
             len(snap.legacy), self._where(), FORMAT_VERSION, calls,
@@ -339,22 +337,28 @@ class CheckpointStore:
         # The streams' identities go too: a reset is how a re-created stream is accepted.
         # Removing initialId retires the initial#NN items at once; deleting them below only
         # tidies, so a reset cut short never leaves the old initial positions in force.
-        forget = "REMOVE resolved, streams, initialId"
+        # baseEpoch retires every position written before it at once (format 4): deleting the
+        # items below only tidies, so a reset cut short never leaves old positions in force.
+        forget = "REMOVE resolved, streams, initialId, compactedThrough"
+        base = {":b": {"N": str(meta.epoch)}}
         writes = self._writes
         if len(spec) <= MAX_INLINE_SPEC:
             self._update_meta(
-                meta.epoch, f"SET initialSpec = :s {forget}, initialSpecId", {":s": {"S": spec}}
+                meta.epoch, f"SET initialSpec = :s, baseEpoch = :b {forget}, initialSpecId",
+                {":s": {"S": spec}, **base},
             )
             new_specs: set[str] = set()
         else:
-            new_specs = writes.long_spec(meta.epoch, spec, forget)
+            new_specs = writes.long_spec(meta.epoch, spec, f", baseEpoch = :b {forget}", base)
         snap = self.snapshot()
         assert writes.initial_keys is not None
-        keys = sorted(writes.versions) + sorted(writes.initial_keys) + sorted(snap.legacy)
+        keys = sorted(writes.bucket_bytes) + sorted(writes.ring.slots)
+        keys += sorted(writes.initial_keys) + sorted(snap.legacy)
         assert self._spec_keys is not None
         keys += sorted(self._spec_keys - new_specs)  # of earlier resets
         writes.run(meta.epoch, [writes.delete(k) for k in keys])
-        writes.known, writes.versions, writes.initial_keys = {}, {}, set()
+        writes.known, writes.bucket_bytes, writes.initial_keys = {}, {}, set()
+        writes.ring = Ring(base_epoch=meta.epoch, last_n=writes.ring.last_n)
         return meta
 
     def _key(self, sort_key: str) -> dict[str, dict[str, str]]:

@@ -1,18 +1,19 @@
-"""One application's writes to the checkpoint table: rewritten position buckets and the
-stored initial positions, in ``TransactWriteItems`` calls within DynamoDB's limits, each fenced
-by the epoch; and what the table holds as last read or written here (commits rewrite whole
-buckets from it; fencing makes it exact: no one else writes while this epoch holds)."""
+"""One application's writes to the checkpoint table, in ``TransactWriteItems`` calls within
+DynamoDB's limits, each fenced by the epoch, and what the table holds as last read or written
+here (fencing makes it exact: no one else writes while this epoch holds). Commits and
+compactions are ``commit_log.py``'s; the stored initial positions and long specs are here."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from kinesis_source.aws.clients import error_code
+from kinesis_source.checkpoints.deltas import Ring
 from kinesis_source.checkpoints.format import (
     MAX_INLINE_SPEC,
     MAX_ITEM_BYTES,
@@ -20,8 +21,6 @@ from kinesis_source.checkpoints.format import (
     SPEC_CHUNK,
     SPEC_PREFIX,
     StoredShard,
-    bucket_key,
-    entry_of,
     initial_bucket_key,
     transactions,
 )
@@ -48,8 +47,25 @@ class FencedWriter:
         self._fenced = fenced  # the error for a lost epoch check
         self._reread = reread  # reads the table, filling the state below
         self.known: dict[ShardId, StoredShard] | None = None  # None: read before writing
-        self.versions: dict[str, int] = {}  # bucket sort key -> version
+        self.bucket_bytes: dict[str, int] = {}  # bucket sort key -> the item's size
         self.initial_keys: set[str] | None = None  # sort keys of the initial#NN items
+        self.ring = Ring()  # format 4's log, as last read or written
+        self.meta_bytes = 0  # the meta item's size (each commit's epoch check costs by it)
+        self.last_commit_units = 0  # write units of the last commit, as estimated
+        self.last_compaction_units = 0
+
+    def fenced(self, epoch: int) -> CheckpointFencedError:
+        """The error for a lost epoch check."""
+        return self._fenced(epoch)
+
+    def where(self) -> str:
+        """Names application and table, for errors."""
+        return self._where()
+
+    @property
+    def client(self) -> Any:
+        """The DynamoDB client."""
+        return self._client
 
     def known_shards(self) -> dict[ShardId, StoredShard]:
         """What the table holds, reading it first if nothing was read or written yet."""
@@ -71,73 +87,6 @@ class FencedWriter:
     def delete(self, sort_key: str) -> tuple[str, dict, int]:
         """A write that deletes one item."""
         return sort_key, {"Delete": {"TableName": self.table, "Key": self.key(sort_key)}}, 0
-
-    def buckets(
-        self,
-        epoch: int,
-        changed: Mapping[ShardId, StoredShard],
-        now: str,
-        deletes: Sequence[str] = (),
-        dropped: Collection[ShardId] = frozenset(),
-    ) -> int:
-        """Rewrite every bucket holding a shard of ``changed`` or ``dropped`` (without the
-        ``dropped`` ones; then delete the ``deletes`` sort keys), in as few fenced transactions
-        as DynamoDB's limits allow."""
-        merged = {**self.known_shards(), **changed}
-        touched = {bucket_key(k) for k in changed} | {bucket_key(k) for k in dropped}
-        grouped: dict[str, dict[ShardId, StoredShard]] = {bucket: {} for bucket in touched}
-        for sid, shard in merged.items():
-            if sid not in dropped and bucket_key(sid) in touched:
-                grouped[bucket_key(sid)][sid] = shard
-        writes = []
-        for bucket in sorted(touched):
-            body = json.dumps(
-                {str(k): entry_of(s) for k, s in grouped[bucket].items()},
-                sort_keys=True, separators=(",", ":"),
-            )
-            if len(body) > MAX_ITEM_BYTES:
-                # Finished shards are dropped once their children are committed, so only a
-                # huge number of live shards (or of shards in the stored initial positions) or
-                # many streams per application get here.
-                raise CheckpointError(
-                    f"The positions of the {self._where()} no longer fit DynamoDB items "
-                    f"({len(merged)} shards): read fewer streams per application, or drop "
-                    "shards no longer needed with `kinesis-ddb checkpoints export`, editing the "
-                    "file, and `checkpoints reset --to-file`"
-                )
-            version = self.versions.get(bucket)
-            put: dict[str, Any] = {
-                "TableName": self.table,
-                "Item": {
-                    **self.key(bucket),
-                    "positions": {"S": body},
-                    "version": {"N": str((version or 0) + 1)},
-                    "epoch": {"N": str(epoch)},
-                    "committedAt": {"S": now},
-                },
-            }
-            if version is None:
-                put["ConditionExpression"] = "attribute_not_exists(#k)"
-                put["ExpressionAttributeNames"] = {"#k": "key"}
-            else:
-                put["ConditionExpression"] = "#v = :v"
-                put["ExpressionAttributeNames"] = {"#v": "version"}
-                put["ExpressionAttributeValues"] = {":v": {"N": str(version)}}
-            writes.append((bucket, {"Put": put}, len(body)))
-        for key in deletes:
-            writes.append(self.delete(key))
-
-        def written(names: list[str]) -> None:
-            assert self.known is not None
-            for name in names:
-                if name in grouped:
-                    self.versions[name] = self.versions.get(name, 0) + 1
-                    for sid in dropped:
-                        if bucket_key(sid) == name:
-                            self.known.pop(sid, None)
-                    self.known.update(grouped[name])
-
-        return self.run(epoch, writes, written)
 
     def initial(
         self, epoch: int, spec: str, resolved: Offset, streams: Mapping[str, str]
@@ -246,15 +195,22 @@ class FencedWriter:
             raise self._fenced(epoch) from None
         failed = [names[i - 1] for i, code in enumerate(reasons) if i and code == "ConditionalCheckFailed"]
         if failed:
-            self.known = None  # re-read before any further write
-            raise CheckpointError(
-                f"DynamoDB item(s) {', '.join(failed)} of the {self._where()} were written by "
-                "someone else after this query read them, under the same epoch (a second "
-                "writer not going through a claim?): nothing was written; restart the query"
-            ) from None
+            raise self.foreign(failed) from None
         raise exc
 
-    def long_spec(self, epoch: int, spec: str, also: str) -> set[str]:
+    def foreign(self, names: list[str], outcome: str = "nothing was written") -> CheckpointError:
+        """The error for items written by someone else under this epoch (what is known here is
+        read again before any further write)."""
+        self.known = None
+        return CheckpointError(
+            f"DynamoDB item(s) {', '.join(names)} of the {self._where()} were written by "
+            "someone else after this query read them, under the same epoch (a second "
+            f"writer not going through a claim?): {outcome}; restart the query"
+        )
+
+    def long_spec(
+        self, epoch: int, spec: str, also: str, values: Mapping[str, Any] | None = None
+    ) -> set[str]:
         """Store an initial position spec too long for the meta item (a per-shard file of
         thousands of shards) in spec#NNNN items, then name them in the meta item (with the
         ``also`` clause, e.g. ``REMOVE ...``) in the last transaction; returns their keys."""
@@ -270,7 +226,9 @@ class FencedWriter:
                 "Key": self.key(META_KEY),
                 "UpdateExpression": f"SET initialSpecId = :i {also}, initialSpec",
                 "ConditionExpression": "epoch = :e",
-                "ExpressionAttributeValues": {":i": {"S": spec_id}, ":e": {"N": str(epoch)}},
+                "ExpressionAttributeValues": {
+                    ":i": {"S": spec_id}, ":e": {"N": str(epoch)}, **(values or {}),
+                },
             }
         }
         self.run(epoch, puts, meta_update=update)

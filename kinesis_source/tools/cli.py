@@ -171,7 +171,7 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([s.to_dict() for s in shards], indent=2, sort_keys=True))
     else:
-        render(shards, sys.stdout)
+        render(shards, sys.stdout, writes=snapshot)
     return 0
 
 

@@ -112,14 +112,38 @@ def behind_text(status: ShardStatus) -> str:
     return f"{count} records, {status.behind_ms} ms"
 
 
-def render(shards: list[ShardStatus], out: TextIO) -> None:
-    """The status as a table."""
+def render(shards: list[ShardStatus], out: TextIO, writes: Snapshot | None = None) -> None:
+    """The status as a table, then what the last commits cost (from ``writes``'s log)."""
     now = datetime.now(timezone.utc)
     rows = [["shard", "state", "committed position", "age", "behind the tip"]]
     for s in shards:
         rows.append([str(ShardId(s.stream, s.shard)), s.state, s.position or "-",
                      age(s.committed_at, now), behind_text(s)])
     table(rows, out)
+    if writes is not None:
+        out.writelines(f"{line}\n" for line in write_units_text(writes, now))
+
+
+def write_units_text(snapshot: Snapshot, now: datetime) -> list[str]:
+    """The DynamoDB write units of the last commits and compaction, as their writer sized
+    the items (format 4 keeps them in the log)."""
+    lines = []
+    commits = [e for e in snapshot.log if e.write_units][-10:]
+    if commits:
+        units = [e.write_units for e in commits]
+        moved = sorted(len(e.positions) for e in commits)[len(commits) // 2]
+        lines.append(
+            f"DynamoDB write units of the last {len(commits)} commit(s), oldest first: "
+            f"{', '.join(map(str, units))} (median {sorted(units)[len(units) // 2]}, "
+            f"{moved} shard(s) moved per commit; last {age(commits[-1].committed_at, now)} ago)"
+        )
+    meta = snapshot.meta
+    if meta is not None and meta.compacted_at:
+        lines.append(
+            f"last compaction of the commit log: {meta.compacted_write_units} write units, "
+            f"{age(meta.compacted_at, now)} ago"
+        )
+    return lines
 
 
 def age(stamp: str | None, now: datetime) -> str:

@@ -99,15 +99,18 @@ def transactions(store):
     return sizes
 
 
-def test_a_thousand_positions_commit_in_one_call_and_one_shard_rewrites_one_item(store):
+def test_a_thousand_positions_commit_in_one_call_and_one_shard_writes_one_small_item(store):
     epoch = store.claim("o", "h").epoch
     sent = transactions(store)
     positions = {sid(f"shardId-{i:012d}"): Position.after(str(1000 + i)) for i in range(1000)}
-    assert store.commit(epoch, "o", positions) == 1  # the epoch check + one item per bucket
-    assert sent == [1 + len({bucket_key(k) for k in positions})]
+    assert store.commit(epoch, "o", positions) == 1
+    assert sent == [2]  # the epoch check + one log entry holding every position
     one = sid("shardId-000000000007")
     assert store.commit(epoch, "o", {one: Position.after("5000")}) == 1
-    assert sent[-1] == 2  # the check + the one bucket holding that shard
+    assert sent[-1] == 2
+    # DynamoDB's sizing: the check (a meta item under 1 KB) and an entry under 1 KB, twice each
+    # as a transaction's, not a bucket of 16 shards
+    assert store.writer.last_commit_units == 4
     assert store.commit(epoch, "o", {one: Position.after("5000")}) == 0  # unchanged: no call
     assert store.snapshot().positions() == {**positions, one: Position.after("5000")}
     # a new store (a restarted query) reads it all back
@@ -125,7 +128,7 @@ def test_forgotten_finished_shards_leave_the_table_in_the_commit_that_names_them
     sent = transactions(store)
     # ``live`` is not at SHARD_END: it is kept even if named
     assert store.commit(epoch, "o", {child: Position.after("11")}, forget=[parent, live]) == 1
-    assert sent == [1 + len({bucket_key(k) for k in (parent, child)})]
+    assert sent == [2]  # the check + one log entry (the child's position, the parent dropped)
     want = {child: Position.after("11"), live: Position.after("20")}
     assert store.snapshot().positions() == want
     assert CheckpointStore(store.client, store.table, store.app).snapshot().positions() == want
@@ -169,7 +172,8 @@ def test_format_1_items_are_read_then_migrated_into_buckets(store):
     assert snap.shards[sid("shardId-3")].owner == "old"
     epoch = store.claim("new", "h").epoch
     assert epoch == 5 and store.snapshot().meta.format_version == FORMAT_VERSION
-    assert store.migrate(epoch) == 1
+    # a conditional write per bucket, then the old items deleted in a fenced transaction
+    assert store.migrate(epoch) == len({bucket_key(k) for k in rows}) + 1
     after = store.snapshot()
     assert after.positions() == rows and after.legacy == frozenset()
     assert after.shards[sid("shardId-3")].owner == "old"  # a shard's history is kept
@@ -214,7 +218,7 @@ def test_a_second_writer_under_the_same_epoch_is_refused_not_lost(store):
     store.commit(epoch, "o", {first: Position.after("1")})
     with pytest.raises(CheckpointError) as err:
         other.commit(epoch, "o", {second: Position.after("2")})  # would drop `first`
-    assert bucket_key(first) in str(err.value) and "nothing was written" in str(err.value)
+    assert "log#00" in str(err.value) and "nothing was written" in str(err.value)
     assert store.snapshot().positions() == {first: Position.after("1")}
     other.commit(epoch, "o", {second: Position.after("2")})  # re-reads, then keeps both
     assert store.snapshot().positions() == {first: Position.after("1"), second: Position.after("2")}
@@ -336,6 +340,7 @@ def test_reset_deletes_the_stored_initial_positions(store):
     assert snap.meta.resolved is None and snap.shards == {}
     assert snap.meta.initial_spec == "TRIM_HORIZON"
     assert sort_keys(store, "initial#") == set() and sort_keys(store, "shards#") == set()
+    assert sort_keys(store, "log#") == set()
 
 
 def test_export_and_reset_of_the_cli_see_all_5000_initial_positions(store, tmp_path):
@@ -387,17 +392,17 @@ def test_format_2_inline_initial_positions_are_still_read(store):
     assert reread(store).meta.resolved == bucketed
 
 
-def test_the_previous_format_refuses_an_application_written_in_format_3(store, monkeypatch):
-    assert FORMAT_VERSION == 3
+def test_the_previous_format_refuses_an_application_written_in_format_4(store, monkeypatch):
+    assert FORMAT_VERSION == 4
     epoch = store.claim("o", "h").epoch
     store.save_initial(epoch, "LATEST", many_resolved(10), {"s": "t0"})
-    monkeypatch.setattr(checkpoint_store, "FORMAT_VERSION", 2)  # the release before this one
+    monkeypatch.setattr(checkpoint_store, "FORMAT_VERSION", 3)  # the release before this one
     old = CheckpointStore(store.client, store.table, store.app)
     with pytest.raises(CheckpointError) as err:
         old.claim("old", "h2")
-    assert "format 3" in str(err.value) and "upgrade kinesis-ddb" in str(err.value)
+    assert "format 4" in str(err.value) and "upgrade kinesis-ddb" in str(err.value)
     meta = old.snapshot_meta()
-    assert (meta.epoch, meta.owner, meta.format_version) == (epoch, "o", 3)
+    assert (meta.epoch, meta.owner, meta.format_version) == (epoch, "o", 4)
 
 
 def test_reset_fences_forgets_positions_and_stores_the_new_start(store):

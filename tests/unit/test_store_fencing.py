@@ -7,19 +7,24 @@ epoch, the stored and committed position strings), not computed by the store.
 Mutants caught:
 - the epoch ``ConditionCheck`` removed from ``FencedWriter.run`` (checkpoints/writes.py) (the
   transactions of commit, migrate, save_initial and reset then go out unfenced);
+- the ``epoch <= :e`` condition dropped from a compaction's bucket writes
+  (checkpoints/commit_log.py: a fenced query's late compaction would overwrite a newer one);
 - ``CheckpointStore.commit`` skipping its "behind" check (a commit behind the stored position
   then sends a transaction lowering it).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
+from kinesis_source.checkpoints import commit_log
 from kinesis_source.checkpoints import format as checkpoint_format
+from kinesis_source.checkpoints.deltas import unpack
 from kinesis_source.checkpoints.format import bucket_key
 from kinesis_source.checkpoints.store import CheckpointStore
 from kinesis_source.errors import CheckpointError
@@ -46,7 +51,7 @@ class Recorded:
         self.stub.activate()
 
     def _seen(self, params, model, **_):
-        self.calls.append((model.name, json.loads(json.dumps(params))))
+        self.calls.append((model.name, copy.deepcopy(params)))
 
     def transactions(self) -> list[list[dict]]:
         return [p["TransactItems"] for name, p in self.calls if name == "TransactWriteItems"]
@@ -81,6 +86,9 @@ class Recorded:
         for _ in range(times):
             self.stub.add_response("transact_write_items", {}, {"TransactItems": ANY})
 
+    def puts(self) -> list[dict]:
+        return [p for name, p in self.calls if name == "PutItem"]
+
 
 @pytest.fixture
 def ddb():
@@ -103,13 +111,14 @@ def assert_fenced(transaction: list[dict], epoch: int) -> None:
 
 
 def written_positions(transactions: list[list[dict]]) -> dict[str, str]:
+    """The positions the transactions' log entries hold (format 4 commits only log)."""
     out = {}
     for transaction in transactions:
         for item in transaction:
             put = item.get("Put")
-            if put and put["Item"]["key"]["S"].startswith("shards#"):
-                for key, entry in json.loads(put["Item"]["positions"]["S"]).items():
-                    out[key] = entry["position"]
+            assert not put or not put["Item"]["key"]["S"].startswith("shards#"), put
+            if put and put["Item"]["key"]["S"].startswith("log#"):
+                out.update(unpack(put["Item"]["packed"]["B"])["positions"])
     return out
 
 
@@ -128,7 +137,9 @@ def test_a_commit_is_fenced_by_the_callers_epoch(ddb):
 
 
 def test_every_transaction_of_a_large_commit_is_fenced(ddb, monkeypatch):
-    monkeypatch.setattr(checkpoint_format, "MAX_TRANSACT_BYTES", 2_000)  # a few buckets each
+    # log entries of a few hundred bytes, a few in each transaction
+    monkeypatch.setattr(commit_log, "MAX_ITEM_BYTES", 600)
+    monkeypatch.setattr(checkpoint_format, "MAX_TRANSACT_BYTES", 2_000)
     ddb.table_holds(3, {})
     ddb.transaction_succeeds(times=64)
     store = CheckpointStore(ddb.client, TABLE, APP)
@@ -147,10 +158,16 @@ def test_forgetting_and_migrating_are_fenced(ddb):
     store = CheckpointStore(ddb.client, TABLE, APP)
     assert store.commit(5, "o", {}, forget=[ShardId("s", "p")]) == 1
     ddb.table_holds(6, {}, legacy={"s/old": "AFTER:99"})
+    ddb.stub.add_response("put_item", {})
     ddb.transaction_succeeds()
-    assert CheckpointStore(ddb.client, TABLE, APP).migrate(6) == 1
+    assert CheckpointStore(ddb.client, TABLE, APP).migrate(6) == 2
     first, second = ddb.transactions()
     assert_fenced(first, 5)
+    assert unpack(first[1]["Put"]["Item"]["packed"]["B"])["dropped"] == ["s/p"]
+    [bucket] = ddb.puts()  # the migrated position, in its bucket, before the old item goes
+    assert bucket["Item"]["key"]["S"] == bucket_key(ShardId("s", "old"))
+    assert bucket["ConditionExpression"] == "attribute_not_exists(#k) OR epoch <= :e"
+    assert bucket["ExpressionAttributeValues"][":e"] == {"N": "6"}
     assert_fenced(second, 6)
     deleted = [i["Delete"]["Key"]["key"]["S"] for i in second if "Delete" in i]
     assert deleted == ["shard#s#old"]
@@ -185,6 +202,9 @@ def test_reset_fences_with_the_epoch_it_claimed(ddb):
     meta_update = [p for name, p in ddb.calls if name == "UpdateItem"][1]
     assert meta_update["ConditionExpression"] == "epoch = :e"
     assert meta_update["ExpressionAttributeValues"][":e"] == {"N": "12"}
+    # what any epoch before the reset wrote is retired at once, whatever the deletes leave
+    assert "baseEpoch = :b" in meta_update["UpdateExpression"]
+    assert meta_update["ExpressionAttributeValues"][":b"] == {"N": "12"}
     [transaction] = ddb.transactions()
     assert_fenced(transaction, 12)
     assert [i["Delete"]["Key"]["key"]["S"] for i in transaction[1:]] == [bucket_key(A)]
