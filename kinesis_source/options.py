@@ -299,6 +299,17 @@ class SourceOptions(ConnectionOptions):
         "Region of the checkpoint table. Default: `region`.",
         parse_non_empty,
     )
+    checkpoint_interval_ms: int = option(
+        "checkpointIntervalMs",
+        "int",
+        0,
+        "Least time between two commits to DynamoDB; `0` commits every batch. Batches finished "
+        "in between are committed together by the next commit (and when the query stops), so "
+        "a restart without Spark's checkpoint reads again at most this long of records plus the "
+        "batch in flight. Each commit costs write units by the shards that moved (see "
+        "docs/operations.md, \"What a query costs\").",
+        int_in(0),
+    )
     on_commit: str | None = option(
         "onCommit",
         "string",

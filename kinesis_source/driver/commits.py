@@ -12,6 +12,10 @@ Lives in Spark's driver-side Python helper next to the planner; the application 
   follows, ``latestOffset`` waits for it (:meth:`Checkpointer.after_planning`): Spark never
   calls ``stop()``, so nothing else would before a run that ends there.
 
+With ``checkpointIntervalMs``, a write comes at most that often: the batches finished in
+between are written together by the next one, by a ``latestOffset`` that plans no batch (an
+idle trigger, a run's end) and by ``stop()``.
+
 Only positions that move a shard forward are written; each write is fenced by the epoch. A
 shard at ``SHARD_END`` that the offset has retired is dropped from the table in the same write
 once a child of it is committed, unless the stored initial positions would bring it back on a
@@ -21,6 +25,7 @@ resume: the table holds the live shards, not every shard the stream ever had.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -55,8 +60,13 @@ class Checkpointer:
         self,
         app: Application,
         callback: Callable[[CommitInfo], Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._app = app
+        self._clock = clock
+        self._last_write: float | None = None
+        self._finished: Offset | None = None  # every batch up to it is in the sink
+        self._deferred = False  # positions of finished batches not written for the interval
         self._opts = app.opts
         self._callbacks = [callback] if callback else []
         if app.opts.on_commit:
@@ -99,10 +109,11 @@ class Checkpointer:
                     "shard(s), e.g. %s: Spark's offsets win; those records are read again",
                     self._opts.application_name, self._opts.checkpoint_table, len(ahead), ahead[0],
                 )
+        self._finished = start
         moved = self._moved(start)
         retired = self._retired(start, moved)
         self._fence_checked = False
-        if not moved and not retired:
+        if not moved and not retired or self._defer():
             yield
             return
         calls = self._worker().submit(self._app.store.commit, epoch, self._app.owner, moved, retired)
@@ -135,6 +146,7 @@ class Checkpointer:
         after a trigger that found nothing new does not pay DynamoDB's round trip there)."""
         if not batch_follows:
             self.settle()
+            self._flush()
             return
         if self._pending is not None or self._fence_checked:
             return
@@ -166,6 +178,23 @@ class Checkpointer:
     def commit(self, end: Offset) -> None:
         """Write the shards of ``end`` that moved forward, then call the callbacks."""
         self.settle()
+        if self._finished is None:  # else latestOffset's start, at or past ``end``
+            self._finished = end
+        if not self._defer():
+            self._write(end)
+
+    def _defer(self) -> bool:
+        """True when the commit interval has not passed since the last write (what is not
+        written now is by a later one)."""
+        interval = self._opts.checkpoint_interval_ms / 1000
+        if interval <= 0 or self._last_write is None:
+            return False
+        if self._clock() - self._last_write >= interval:
+            return False
+        self._deferred = True
+        return True
+
+    def _write(self, end: Offset) -> None:
         epoch = self._app.claim()
         moved = self._moved(end)
         retired = self._retired(end, moved)
@@ -173,11 +202,17 @@ class Checkpointer:
             calls = self._app.store.commit(epoch, self._app.owner, moved, retired)
             self._committed(epoch, moved, retired, calls)
 
+    def _flush(self) -> None:
+        """Write what the commit interval held back, now."""
+        if self._deferred and self._finished is not None:
+            self._write(self._finished)
+
     def close(self) -> None:
         """Wait for an eager write under way (a failure is logged: the query is stopping, and
         a resume reads those records again) and stop the commit worker thread, if any."""
         try:
             self.settle()
+            self._flush()
         except Exception as exc:  # noqa: BLE001 - reported, the stop goes on
             log.warning(
                 "the last positions of application %s were not written to DynamoDB table %s (%s): "
@@ -232,6 +267,8 @@ class Checkpointer:
         self, epoch: int, moved: dict[ShardId, Position], retired: list[ShardId], calls: int
     ) -> None:
         self.commit_calls += calls
+        self._last_write = self._clock()
+        self._deferred = False
         self._app.stored.update(moved)
         for key in retired:
             self._app.stored.pop(key, None)
