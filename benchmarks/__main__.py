@@ -4,7 +4,7 @@
     .venv/bin/python -m benchmarks [--quick] [--only <suite>,...]
 
 (suites: read_path, kpl, commit, planning, memory, e2e, e2e_canned, overhead, quota, tasks,
-overread, catchup, latency, latency_cluster, sink)
+overread, catchup, latency, latency_cluster, sink, cost)
 
 ``--quick`` runs smoke sizes (a minute or few, to check the suite works); without it the sizes are
 those published. One moto server and one Spark session serve the whole run (``e2e_canned`` starts
@@ -33,6 +33,7 @@ from typing import Any
 from benchmarks import (
     catchup,
     commit,
+    cost,
     e2e,
     kpl,
     latency,
@@ -43,6 +44,7 @@ from benchmarks import (
     quota,
     read_path,
     report,
+    report_cost,
     sink,
     tasks,
 )
@@ -99,12 +101,14 @@ def main(argv: list[str] | None = None) -> None:
     if "memory" in only:
         _run("memory", lambda: memory.run_suite(q), results)
     spark_suites = {"e2e", "e2e_canned", "overhead", "quota", "tasks", "overread", "catchup", "latency", "sink"}
-    if only & ({"commit", "planning", "latency_cluster"} | spark_suites):
+    if only & ({"commit", "cost", "planning", "latency_cluster"} | spark_suites):
         from kinesis_source.tools.local import LocalEndpoint
 
         with LocalEndpoint() as ep:
             if "commit" in only:
                 _run("commit", lambda: commit.run_suite(ep.url, q), results)
+            if "cost" in only:
+                _run("cost", lambda: cost.run_suite(ep.url, q), results)
             if "planning" in only:
                 _run("planning", lambda: planning.run_suite(ep.url, q), results)
             if only & spark_suites:
@@ -151,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.only and not args.quick:
             shown = report.merge([*_earlier_full_runs(out_file), results])
         report.update_doc(ROOT / "docs" / "benchmarks.md", report.render(shown))
+        report_cost.update_operations(ROOT / "docs" / "operations.md", shown)
         print("== updated docs/benchmarks.md")
 
 

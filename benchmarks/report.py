@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report_cost
 from benchmarks.common import p95
 
 BEGIN = "<!-- BEGIN GENERATED: python -m benchmarks.report -->"
@@ -48,6 +49,7 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     _catchup_targets(add, res.get("catchup"))
     _latency_targets(add, res.get("latency"), res.get("latency_cluster"))
     _sink_targets(add, res.get("sink"))
+    report_cost.targets(add, res.get("cost"))
     over = res.get("overread")
     if over:
         ratio = over["executor_ratio"]
@@ -330,7 +332,7 @@ def _s(s: dict[str, Any], digits: int = 0, scale: float = 1.0) -> str:
 
 
 SUITES = ("read_path", "kpl", "commit", "planning", "memory", "e2e", "e2e_canned", "overhead", "quota", "tasks",
-          "overread", "catchup", "latency", "latency_cluster", "sink")
+          "overread", "catchup", "latency", "latency_cluster", "sink", "cost")
 _RUN_KEYS = ("command", "date", "quick", "machine", "results_file")
 
 
@@ -405,7 +407,7 @@ def render(res: dict[str, Any]) -> str:
                      f"{'pass' if t['pass'] else '**fail**'} |")
     lines += _read_path(res) + _kpl(res) + _e2e(res) + _planning(res) + _commit(res)
     lines += _overhead(res) + _memory(res) + _quota(res) + _tasks(res) + _overread(res) + _catchup(res)
-    lines += _latency(res) + _sink(res)
+    lines += _latency(res) + _sink(res) + report_cost.section(res)
     lines += ["", END]
     return "\n".join(lines)
 
@@ -915,7 +917,9 @@ def main() -> None:
     parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"))
     args = parser.parse_args()
     runs = [json.loads(p.read_text()) for p in args.results]
-    update_doc(args.doc, render(runs[0] if len(runs) == 1 else merge(runs)))
+    res = runs[0] if len(runs) == 1 else merge(runs)
+    update_doc(args.doc, render(res))
+    report_cost.update_operations(args.doc.parent / "operations.md", res)
 
 
 if __name__ == "__main__":
