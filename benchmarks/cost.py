@@ -100,16 +100,22 @@ def run_case(front: SizingFront, shards: int, moving: int, interval_ms: int, bat
     previous = offset
     for batch in range(1, batches + 1):
         clock.now = float(batch)
-        moved = {k: Position.after(str(base[k] + batch * rng.randrange(10**20, 10**21))) for k in active}
+        for k in active:
+            base[k] += rng.randrange(10**20, 10**21)  # the records of a second
+        moved = {k: Position.after(str(base[k])) for k in active}
         end = Offset({**previous.shards, **moved})
         with checkpointer.committing(previous):  # latestOffset: the batches before are done
-            pass
+            done = previous
         checkpointer.after_planning(batch_follows=True)
         checkpointer.before_batch()  # the batch's partitions
         checkpointer.commit(previous)  # Spark's commit, a batch behind
         previous = end
     checkpointer.close()
     minutes = batches / 60
+    # every batch's moves reached the table (a move that did not advance would be skipped)
+    reread = CheckpointStore(client, opts.checkpoint_table, opts.application_name).snapshot()
+    if reread.positions() != done.shards:
+        raise AssertionError(f"{shards} shards: the table does not hold the last batch's positions")
     wru, rru = sum(front.write_units.values()), sum(front.read_units.values())
     return {
         "shards": shards,

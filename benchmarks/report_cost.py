@@ -72,7 +72,7 @@ def operations_table(cost: dict[str, Any]) -> str:
     """The cost table of ``docs/operations.md``: per hour and per month at each shard count."""
     kcl = cost["kcl_wru_per_shard_minute"]
     lines = [OPS_BEGIN, "",
-             "| shards | DynamoDB WRU / hour (every batch; `checkpointIntervalMs=10000`) | RRU / hour | "
+             "| shards | DynamoDB WRU / hour (every batch; `checkpointIntervalMs=10000`) | RRU / hour (every batch) | "
              "$ / month DynamoDB | KCL lease renewals: WRU / hour, $ / month | fan-out GB / month, $ | "
              "fan-out consumer-shard hours / month, $ |", "|---|---|---|---|---|---|---|"]
     by = {(r["shards"], r["interval_ms"]): r for r in cost["rows"]}
