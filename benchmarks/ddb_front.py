@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.support.http_server import LocalHTTPServer
+from tests.support.http_server import LocalService
 
 KB = 1024
 
@@ -74,7 +74,7 @@ def read_units(size: int, consistent: bool) -> float:
     return float(units) if consistent else units / 2
 
 
-class SizingFront:
+class SizingFront(LocalService):
     """``with SizingFront(backend_url) as front: front.url``; ``front.write_units`` and
     ``front.read_units`` count by operation (``Counter``), ``front.calls`` the calls."""
 
@@ -86,21 +86,7 @@ class SizingFront:
         self.calls: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._server = LocalHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> SizingFront:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(self._handler())
 
     def reset(self) -> None:
         """Start counting afresh."""

@@ -18,7 +18,7 @@ import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.support.http_server import LocalHTTPServer
+from tests.support.http_server import LocalService
 
 _TABLE_DESC = {
     "KeySchema": [
@@ -34,7 +34,7 @@ _TABLE_DESC = {
 MAX_TRANSACT_ITEMS = 100
 
 
-class DynamoStub:
+class DynamoStub(LocalService):
     """``with DynamoStub() as stub: stub.url``; ``stub.calls`` lists (operation, items).
     ``latency`` (seconds) is slept before every answer (a region's round trip, no CPU)."""
 
@@ -44,21 +44,7 @@ class DynamoStub:
         self._items: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._tables: set[str] = set()
         self._lock = threading.Lock()
-        self._server = LocalHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> DynamoStub:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(self._handler())
 
     # -- operations ----------------------------------------------------------------------
 

@@ -91,15 +91,23 @@ def test_a_compaction_cut_short_before_its_mark_is_read_right_and_done_again(sto
     assert reread(again) == truth and again.snapshot_meta().compacted_through is not None
 
 
-def test_a_fenced_querys_late_compaction_is_refused_and_loses_nothing(store):
-    rng = random.Random(9)
+def taken_over(store: CheckpointStore, seed: int, newer_moves: int):
+    """``store``'s query commits every shard of 50, then a newer query claims the application
+    and commits ``newer_moves`` of them; returns the rng, the truth, the older query's epoch and
+    the newer query's store and epoch."""
+    rng = random.Random(seed)
     old_epoch = store.claim("old", "h").epoch
     truth: dict[ShardId, Position] = {}
     store.commit(old_epoch, "old", moving(rng, truth, 50, 50, 0))
     newer = CheckpointStore(store.client, store.table, store.app)
     epoch = newer.claim("new", "h2").epoch
     newer.snapshot()
-    newer.commit(epoch, "new", moving(rng, truth, 50, 50, 1))
+    newer.commit(epoch, "new", moving(rng, truth, 50, newer_moves, 1))
+    return rng, truth, old_epoch, newer, epoch
+
+
+def test_a_fenced_querys_late_compaction_is_refused_and_loses_nothing(store):
+    rng, truth, old_epoch, newer, epoch = taken_over(store, 9, 50)
     newer.compact(epoch)
     with pytest.raises(CheckpointFencedError):
         store.compact(old_epoch)  # its buckets are the newer query's: refused
@@ -109,14 +117,7 @@ def test_a_fenced_querys_late_compaction_is_refused_and_loses_nothing(store):
 
 
 def test_a_fenced_query_compacting_before_the_new_one_does_changes_nothing(store):
-    rng = random.Random(10)
-    old_epoch = store.claim("old", "h").epoch
-    truth: dict[ShardId, Position] = {}
-    store.commit(old_epoch, "old", moving(rng, truth, 50, 50, 0))
-    newer = CheckpointStore(store.client, store.table, store.app)
-    epoch = newer.claim("new", "h2").epoch
-    newer.snapshot()
-    newer.commit(epoch, "new", moving(rng, truth, 50, 20, 1))
+    _, truth, old_epoch, newer, epoch = taken_over(store, 10, 20)
     with pytest.raises(CheckpointFencedError):
         store.compact(old_epoch)  # its buckets land (older than the log), its mark does not
     assert reread(store) == truth
