@@ -61,6 +61,9 @@ log = logging.getLogger(__name__)
 RUN_MAX_BYTES = 4 << 20
 RUNS_MAX_BYTES = 256 << 20
 RECORD_OVERHEAD = 200
+# Shards held at most: each holds a connection of the client's pool (4,096); a shard past it is
+# read as with efoSubscriptions=range (its executors' own subscriptions), not left waiting.
+MAX_HELD_SHARDS = 4000
 # Failures before a subscription's first event, in a row, before the shard is left to the
 # probes and executor subscriptions (a failure after events renews the subscription as soon as
 # Kinesis' 5 s rule allows; the next range handed to an executor starts one again).
@@ -136,8 +139,6 @@ class Feeds:
         self.subscriptions = self.refused = self.given_up = self.pauses = 0
         self.events = self.records = self.bytes = 0
 
-    # -- what the tip table and the hand-out tell ------------------------------------------
-
     def use(self, arns: Mapping[str, str]) -> None:
         """The consumers are known: hold every tracked shard that is not yet (loop)."""
         self.arns = dict(arns)
@@ -152,7 +153,7 @@ class Feeds:
         """``key``'s view was (re)seeded: hold it from its seed (loop, lock held)."""
         state = self._shards.state(key)
         self._stop(state)
-        if holdable(view.seed) and key.stream in self.arns and not self.off:
+        if holdable(view.seed) and self._holds(key):
             self._start(state, view, view.seed)
 
     def handed(self, key: ShardId, end_seq: str) -> None:
@@ -162,7 +163,7 @@ class Feeds:
             state = self._shards.state(key)
             self._stop(state)
             view = state.view
-            if view is not None and view.live() and key.stream in self.arns and not self.off:
+            if view is not None and view.live() and self._holds(key):
                 self._start(state, view, Position.after(end_seq))
 
     def taken(self, key: ShardId) -> None:
@@ -193,11 +194,12 @@ class Feeds:
         """How many shards the driver holds a subscription of."""
         return self._live
 
+    def _holds(self, key: ShardId) -> bool:
+        return key.stream in self.arns and not self.off and self._live < MAX_HELD_SHARDS
+
     def run_cap(self) -> int:
         """Most bytes one held shard's run takes before its subscription pauses."""
         return min(RUN_MAX_BYTES, RUNS_MAX_BYTES // max(1, self._live))
-
-    # -- starting and stopping ---------------------------------------------------------------
 
     def _start(self, state: ShardState, view: ShardTip, origin: Position) -> None:
         view.run = new_run(origin)
@@ -233,8 +235,6 @@ class Feeds:
         if self._client is not None:
             await self._client.__aexit__(None, None, None)
             self._client = None
-
-    # -- one shard's subscriptions -------------------------------------------------------
 
     async def _feed(self, state: ShardState, feed: Feed) -> None:
         try:

@@ -45,6 +45,11 @@ def test_status_shows_each_shards_position_and_lag(spark, kinesis, ddb, make_str
     text = cli("status", *where).stdout
     first = sorted(last)[0]
     assert f"{stream}/{first}" in text and f"{lag[first]} records," in text and "behind the tip" in text
+    # what the last commits cost, as their log entries hold it (each at least the transaction's
+    # floor: 2 units for the epoch check and 2 for the entry)
+    line = next(x for x in text.splitlines() if x.startswith("DynamoDB write units of the last"))
+    units = [int(u) for u in line.split(": ", 1)[1].split(" (")[0].split(", ")]
+    assert units and all(u >= 4 for u in units), line
 
     few = json.loads(cli("status", *where, "--json", "--max-records", "2").stdout)
     assert all(s["behind_records"] == min(2, lag[s["shard"]]) for s in few)
