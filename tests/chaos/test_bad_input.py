@@ -35,6 +35,7 @@ BAD_VALUES: dict[str, list[str]] = {
     "shardsPerTask": ["abc", "0", "-3", "1.5"],
     "minProbeIntervalMs": ["abc", "-1", "1e3"],
     "maxIdleProbeIntervalMs": ["abc", "-1", "2.5"],
+    "checkpointIntervalMs": ["abc", "-1", "0.5"],
     "getRecordsPerShardPerSecond": ["abc", "0", "-1", "5.5", "nan"],
     "getShardIteratorPerShardPerSecond": ["abc", "0", "6", "inf"],
     "maxReadRatePerShard": ["abc", "0", "-1", "3MiB", "1GB", "2 parsecs", "0.5 MiB per day"],

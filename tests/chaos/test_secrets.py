@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+import zlib
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,9 @@ def test_secrets_appear_nowhere(ddb, kinesis, make_stream, source_options, tmp_p
     assert leaks == [], f"the secret or the token is written in {leaks}"
     items = ddb.query(TableName="kinesis_ddb_checkpoints", KeyConditionExpression="app = :a",
                       ExpressionAttributeValues={":a": {"S": app}})["Items"]
-    assert items and secret not in json.dumps(items) and token not in json.dumps(items)
+    # format 4 deflates its log entries and buckets: searched as they read, not as stored
+    stored = json.dumps(items, default=lambda b: zlib.decompress(bytes(b)).decode())
+    assert items and '"packed"' in stored and secret not in stored and token not in stored
 
     # reprs and strs of everything that holds them
     opts = SourceOptions.parse(options)
