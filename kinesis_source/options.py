@@ -304,7 +304,8 @@ class SourceOptions(ConnectionOptions):
         "int",
         0,
         "Least time between two commits to DynamoDB; `0` commits every batch. Batches finished "
-        "in between are committed together by the next commit (and when the query stops), so "
+        "in between are committed together by the next commit or the next trigger that finds no "
+        "new records, so "
         "a restart without Spark's checkpoint reads again at most this long of records plus the "
         "batch in flight. Each commit costs write units by the shards that moved (see "
         "docs/operations.md, \"What a query costs\").",

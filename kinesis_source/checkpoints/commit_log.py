@@ -156,6 +156,11 @@ def _pieces(
         if len(blob) <= MAX_ITEM_BYTES or len(part) + len(gone) <= 1:
             out.append((blob, (part, gone)))
             continue
+        if len(part) <= 1:  # the dropped shards alone are too many for an item: halve them
+            dropped_keys = sorted(gone, key=str)
+            todo.append((part, frozenset(dropped_keys[len(dropped_keys) // 2:])))
+            todo.append(({}, frozenset(dropped_keys[: len(dropped_keys) // 2])))
+            continue
         keys = sorted(part, key=str)
         half = len(keys) // 2
         todo.append(({k: part[k] for k in keys[half:]}, frozenset()))
@@ -184,32 +189,28 @@ def compact(writer: FencedWriter, epoch: int, now: str) -> Written:
             "ExpressionAttributeValues": {":e": {"N": str(epoch)}},
         }
         old = writer.bucket_bytes.get(bucket, 0)
-        if grouped[bucket]:
-            blob = pack(bucket_body(grouped[bucket]))
-            if len(blob) > MAX_ITEM_BYTES:
-                raise CheckpointError(
-                    f"The positions of the {writer.where()} no longer fit DynamoDB items "
-                    f"({len(known)} shards): read fewer streams per application"
-                )
-            item = {
-                **request.pop("Key"), "packed": {"B": blob}, "epoch": {"N": str(epoch)},
-                "committedAt": {"S": now},
-            }
-            request["Item"] = item
-            size = item_bytes(item)
-            units += write_units(max(size, old))
-            requests.append((bucket, "put_item", request, size))
-        elif old:
-            units += write_units(old)
-            requests.append((bucket, "delete_item", request, 0))
+        # A bucket whose shards all left is written empty, not deleted: its epoch keeps a fenced
+        # query's late compaction from writing the dropped shards back into it.
+        blob = pack(bucket_body(grouped[bucket]))
+        if len(blob) > MAX_ITEM_BYTES:
+            raise CheckpointError(
+                f"The positions of the {writer.where()} no longer fit DynamoDB items "
+                f"({len(known)} shards): read fewer streams per application"
+            )
+        item = {
+            **request.pop("Key"), "packed": {"B": blob}, "epoch": {"N": str(epoch)},
+            "committedAt": {"S": now},
+        }
+        request["Item"] = item
+        size = item_bytes(item)
+        units += write_units(max(size, old))
+        requests.append((bucket, "put_item", request, size))
     with ThreadPoolExecutor(max(1, min(_PARALLEL_PUTS, len(requests)))) as pool:
         outcomes = list(pool.map(lambda r: _send(writer, r), requests))
     refused = [bucket for (bucket, _, _, _), ok in zip(requests, outcomes, strict=True) if not ok]
     for (bucket, _, _, size), ok in zip(requests, outcomes, strict=True):
-        if ok and size:
+        if ok:
             writer.bucket_bytes[bucket] = size
-        elif ok:
-            writer.bucket_bytes.pop(bucket, None)
     if refused:
         _refused(writer, epoch, refused)
     calls = len(requests)

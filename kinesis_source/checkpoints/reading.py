@@ -116,7 +116,10 @@ def read_items(raw_items: Iterable[Mapping[str, dict]]) -> ItemsRead:
         parts = specs.get(meta.spec_id, {})
         out.meta = replace(meta, initial_spec="".join(parts[k] for k in sorted(parts)) or None)
     for sid, old in legacy.items():
-        # A migration cut short leaves both: the further one is the commit.
+        # A migration cut short leaves both: the further one is the commit (unless a reset
+        # since retired it, its tidying cut short).
+        if old.epoch < ring.base_epoch:
+            continue
         if sid not in out.shards or advances(old.position, out.shards[sid].position):
             out.shards[sid] = old
     return out

@@ -22,10 +22,11 @@ One table, keyed by application: partition key ``app`` (= ``applicationName``), 
 - ``key = "shard#<stream>#<shardId>"``: format 1, one item per shard. Still read, and rewritten
   into buckets by :meth:`CheckpointStore.migrate`.
 
-Every commit is one ``TransactWriteItems`` (more only past 99 buckets' worth or 3.5 MB): a
-``ConditionCheck`` that the meta item still has the caller's epoch, and one ``Put`` per bucket
-holding a shard that advanced, conditional on the bucket's version being the one last read or
-written. So 1,000 positions take one call, not eleven, and fencing stays per transaction.
+Every commit is one ``TransactWriteItems`` (format 4): a ``ConditionCheck`` that the meta item
+still has the caller's epoch, and a ``Put`` of one ``log#NN`` slot holding only the positions
+that moved, conditional on the slot holding what was last seen here (several slots, and
+transactions, only past 380,000 bytes of them). A compaction now and then folds the log into the
+``shards#NN`` buckets (``commit_log.py``; why every state between reads right: ``deltas.py``).
 
 Every format change bumps :data:`FORMAT_VERSION`, which :meth:`CheckpointStore.claim` writes: an
 older release refuses the application instead of misreading it (one before format 3 would not
@@ -339,7 +340,7 @@ class CheckpointStore:
         # tidies, so a reset cut short never leaves the old initial positions in force.
         # baseEpoch retires every position written before it at once (format 4): deleting the
         # items below only tidies, so a reset cut short never leaves old positions in force.
-        forget = "REMOVE resolved, streams, initialId, compactedThrough"
+        forget = "REMOVE resolved, streams, initialId, compactedThrough, compactedAt, compactedWru"
         base = {":b": {"N": str(meta.epoch)}}
         writes = self._writes
         if len(spec) <= MAX_INLINE_SPEC:

@@ -14,7 +14,8 @@ Lives in Spark's driver-side Python helper next to the planner; the application 
 
 With ``checkpointIntervalMs``, a write comes at most that often: the batches finished in
 between are written together by the next one, by a ``latestOffset`` that plans no batch (an
-idle trigger, a run's end) and by ``stop()``.
+idle trigger, a run's end) and by ``stop()`` where it is called (Spark ends the helper of a
+Python stream without it: a query stopped while records flow leaves up to the interval unwritten).
 
 Only positions that move a shard forward are written; each write is fenced by the epoch. A
 shard at ``SHARD_END`` that the offset has retired is dropped from the table in the same write
@@ -66,6 +67,7 @@ class Checkpointer:
         self._clock = clock
         self._last_write: float | None = None
         self._finished: Offset | None = None  # every batch up to it is in the sink
+        self._starts_seen = False  # latestOffset gets its start (pyspark >= 4.2): it sets _finished
         self._deferred = False  # positions of finished batches not written for the interval
         self._opts = app.opts
         self._callbacks = [callback] if callback else []
@@ -109,7 +111,7 @@ class Checkpointer:
                     "shard(s), e.g. %s: Spark's offsets win; those records are read again",
                     self._opts.application_name, self._opts.checkpoint_table, len(ahead), ahead[0],
                 )
-        self._finished = start
+        self._finished, self._starts_seen = start, True
         moved = self._moved(start)
         retired = self._retired(start, moved)
         self._fence_checked = False
@@ -178,7 +180,7 @@ class Checkpointer:
     def commit(self, end: Offset) -> None:
         """Write the shards of ``end`` that moved forward, then call the callbacks."""
         self.settle()
-        if self._finished is None:  # else latestOffset's start, at or past ``end``
+        if not self._starts_seen:  # else latestOffset's start, at or past ``end``
             self._finished = end
         if not self._defer():
             self._write(end)

@@ -123,3 +123,14 @@ def test_without_an_interval_every_batch_is_written(committer):
         batch(checkpointer, second)
         assert stored(store) == offset_at(second - 1).shards
     assert len(heard) == 6
+
+
+def test_without_latest_offsets_start_the_commits_end_is_what_a_flush_writes(committer):
+    """pyspark < 4.2 gives ``latestOffset`` no start: only ``commit(end)`` says what is done."""
+    checkpointer, store, clock, heard = committer(60_000)
+    for second in range(2, 6):
+        clock.now = float(second)
+        checkpointer.commit(offset_at(second))
+    assert stored(store) == offset_at(2).shards
+    checkpointer.after_planning(batch_follows=False)  # a trigger that found nothing new
+    assert stored(store) == offset_at(5).shards and len(heard) == 2

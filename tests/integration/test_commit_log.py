@@ -125,6 +125,21 @@ def test_a_fenced_query_compacting_before_the_new_one_does_changes_nothing(store
     assert reread(store) == truth
 
 
+def test_a_fenced_querys_late_compaction_does_not_bring_back_a_shard_the_newer_one_dropped(store):
+    old_epoch = store.claim("old", "h").epoch
+    parent = sid(1)
+    store.commit(old_epoch, "old", {parent: Position.after("5")})
+    newer = CheckpointStore(store.client, store.table, store.app)
+    epoch = newer.claim("new", "h2").epoch
+    newer.snapshot()
+    newer.commit(epoch, "new", {parent: Position.shard_end()})
+    newer.commit(epoch, "new", {}, forget=[parent])  # finished, its children committed
+    newer.compact(epoch)  # the parent's bucket is now empty
+    with pytest.raises(CheckpointFencedError):
+        store.compact(old_epoch)  # would write the parent back, at 5, into that bucket
+    assert reread(store) == {}
+
+
 def test_a_reset_cut_short_still_retires_every_position(store, monkeypatch):
     epoch = store.claim("o", "h").epoch
     store.commit(epoch, "o", {sid(i): Position.after(str(SEQ + i)) for i in range(100)})

@@ -104,3 +104,9 @@ def test_a_full_ring_has_no_free_slot():
     items = [meta(2)] + [entry(i, 2, i, {A: f"AFTER:{i + 1}"}) for i in range(RING)]
     read = read_items(items)
     assert read.ring.free() == [] and positions(items) == {A: f"AFTER:{RING}"}
+
+
+def test_format_1_items_written_before_a_reset_are_not_read():
+    legacy = {**APP, "key": {"S": "shard#s#a"}, "position": {"S": "AFTER:99"}, "epoch": {"N": "3"}}
+    assert positions([meta(6, base_epoch=5), legacy]) == {}
+    assert positions([meta(6), legacy]) == {A: "AFTER:99"}
