@@ -103,6 +103,8 @@ def commit(
     if len(ring.free()) < len(pieces):
         done = compact(writer, epoch, now)
     slots = ring.free()
+    if len(slots) < len(pieces):  # past 700,000 shards moved in one commit
+        raise CheckpointError(f"A commit of {len(changed)} shards is too large for the {writer.where()}")
     units = write_units(writer.meta_bytes, transactional=True)  # the epoch check
     planned: dict[str, tuple[str, int, tuple[dict, frozenset]]] = {}
     writes = []
