@@ -19,7 +19,8 @@ from tests.support.cluster import Cluster, unavailable
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-WHY_NOT = unavailable() if os.environ.get("KDDB_CLUSTER") == "1" else "opt-in (KDDB_CLUSTER=1): flaky once in CI, under investigation"
+WHY_NOT = (unavailable() if os.environ.get("KDDB_CLUSTER") == "1"
+           else "opt-in (KDDB_CLUSTER=1): it failed once in CI, under investigation")
 pytestmark = [pytest.mark.skipif(WHY_NOT is not None, reason=f"no multi-host cluster here: {WHY_NOT}"),
               pytest.mark.backends("moto")]
 MOTO_PORT = 5000
