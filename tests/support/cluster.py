@@ -11,9 +11,9 @@ Nothing outside these addresses and loopback is ever addressed.
 - ``w1``, ``w2`` (``workers``): one Spark worker each, 1 core;
 - ``driver``: where a test runs its query's driver, in client mode.
 
-A host can be cut off (its link down) and restored, or have a port blocked (``iptables`` in its
-namespace when the machine has it). Needs root and ``ip``; :func:`unavailable` says why not,
-for a skip message.
+A host can be cut off (its link down) and restored, take a second address, or lose its route
+to one address (failing at once, or unanswered as behind a dropping firewall). Needs root and
+``ip``; :func:`unavailable` says why not, for a skip message.
 """
 
 from __future__ import annotations
@@ -106,10 +106,30 @@ class Host:
         """The host's link comes back."""
         _ip("link", "set", self.veth, "up")
 
-    def block_port(self, port: int) -> None:
-        """Incoming TCP connections to ``port`` on this host are refused (iptables)."""
-        subprocess.run(self.argv(["iptables", "-A", "INPUT", "-p", "tcp", "--dport", str(port), "-j", "REJECT",
-                                  "--reject-with", "tcp-reset"]), check=True, capture_output=True)
+    def add_address(self, address: str) -> None:
+        """A second address on this host's interface (in the cluster's /24)."""
+        _ip("addr", "add", f"{address}/24", "dev", f"{self.veth}p", ns=self.ns)
+
+    def blackhole(self, address: str, via: str) -> None:
+        """This host's packets to ``address`` go to ``via``, an address no host has: its
+        connections there wait unanswered, as behind a firewall that drops them (this kernel
+        has no packet filter to do it with: no ``tc`` actions, no ``iptables``)."""
+        _ip("route", "add", f"{address}/32", "via", via, ns=self.ns)
+
+    def unroute(self, address: str) -> None:
+        """This host cannot reach ``address`` (an unreachable route): its calls there fail at
+        once, everything else still flows."""
+        _ip("route", "add", "unreachable", f"{address}/32", ns=self.ns)
+
+    def reroute(self, address: str) -> None:
+        """:meth:`unroute` or :meth:`blackhole` undone."""
+        _ip("route", "del", f"{address}/32", ns=self.ns)
+
+
+def _spark_class() -> str:
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
 
 
 class Cluster:
@@ -132,6 +152,15 @@ class Cluster:
     def master_url(self) -> str:
         """``spark://<master's address>:7077``."""
         return f"spark://{self.hosts['master'].address}:{MASTER_PORT}"
+
+    def spare_address(self, k: int) -> str:
+        """An address of the hosts' /24 no host holds until one is given it (``k`` < 40)."""
+        return f"10.231.{self._net}.{200 + k}"
+
+    @property
+    def nowhere(self) -> str:
+        """An address of the hosts' /24 that no host ever holds (a next hop that never answers)."""
+        return f"10.231.{self._net}.250"
 
     @property
     def workers(self) -> list[Host]:
@@ -172,20 +201,25 @@ class Cluster:
                 "SPARK_LOG_DIR": str(self.workdir)}
 
     def _spark(self) -> None:
-        import pyspark
-
-        spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
         master = self.hosts["master"]
-        master.start([spark_class, "org.apache.spark.deploy.master.Master", "--host", master.address,
+        master.start([_spark_class(), "org.apache.spark.deploy.master.Master", "--host", master.address,
                       "--port", str(MASTER_PORT), "--webui-port", str(MASTER_UI_PORT)],
                      self.workdir / "master.log", self.spark_env(master))
         for worker in self.workers:
-            worker.start([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", worker.address,
-                          "--cores", "1", "--memory", "1g", "--webui-port", str(WORKER_UI_PORT), self.master_url],
-                         self.workdir / f"{worker.name}.log", self.spark_env(worker))
+            self.start_worker(worker, wait=False)
         wait_for(lambda: self.alive_workers() == len(self.workers), timeout=120,
                  what=lambda: f"{len(self.workers)} Spark workers registered (master log: "
                               f"{self.workdir / 'master.log'})")
+
+    def start_worker(self, worker: Host, wait: bool = True) -> None:
+        """A Spark worker on ``worker`` (again, after its host was killed): 1 core, 1 GiB; with
+        ``wait``, until the master lists every worker alive."""
+        worker.start([_spark_class(), "org.apache.spark.deploy.worker.Worker", "--host", worker.address,
+                      "--cores", "1", "--memory", "1g", "--webui-port", str(WORKER_UI_PORT), self.master_url],
+                     self.workdir / f"{worker.name}.log", self.spark_env(worker))
+        if wait:
+            wait_for(lambda: self.alive_workers() == len(self.workers), timeout=120,
+                     what=f"the worker on {worker.name} registered again")
 
     def alive_workers(self) -> int:
         """Workers the master lists as ALIVE (its UI's JSON)."""

@@ -37,7 +37,7 @@ Knobs that make it behave like Kinesis does over a long run:
 
 ``subscriptions`` counts successful SubscribeToShard calls; ``calls`` counts every operation;
 ``injected`` the faults that happened, by kind.
-Listens on 127.0.0.1 only.
+Listens on 127.0.0.1 (or a multi-host test's own bridge address, ``host``).
 """
 
 from __future__ import annotations
@@ -229,6 +229,7 @@ class EfoServer:
         page_limit: int = 100,
         poll_interval_s: float = 0.05,
         heartbeat_s: float = 0.5,
+        host: str = "127.0.0.1",
     ) -> None:
         target = urlparse(backing_url)
         self._host, self._port = target.hostname, target.port
@@ -276,7 +277,7 @@ class EfoServer:
             secret_key="local",
             max_retries=3,
         ).boto3_client("kinesis")
-        self._server = LocalHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = LocalHTTPServer((host, 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     # -- knobs and counters ----------------------------------------------------------------
@@ -665,8 +666,9 @@ class EfoServer:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:<port>`` of the server."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        """``http://<host>:<port>`` of the server."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
 
     def __enter__(self) -> EfoServer:
         self._thread.start()

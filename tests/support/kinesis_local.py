@@ -1,4 +1,5 @@
-"""kinesis-local (the npm build of kinesis-mock) as a test server on 127.0.0.1.
+"""kinesis-local (the npm build of kinesis-mock) as a test server on 127.0.0.1 (or a
+multi-host test's own host address).
 
 The package binds 0.0.0.0 with no option to change it, so a private copy of ``main.js`` with the
 host literal replaced by 127.0.0.1 is what runs. Every ``*_DURATION`` is 0 ms: streams and
@@ -26,7 +27,6 @@ from kinesis_source.tools.local import free_port
 PACKAGE = Path(__file__).resolve().parents[1] / "kinesis_local" / "node_modules" / "kinesis-local"
 CLOCK = Path(__file__).resolve().parent / "kinesis_local_clock.js"
 _BIND_ANY = 'em("0.0.0.0")'
-_BIND_LOOPBACK = 'em("127.0.0.1")'
 _DURATIONS = [
     "CREATE_STREAM_DURATION",
     "DELETE_STREAM_DURATION",
@@ -44,8 +44,11 @@ _DURATIONS = [
 class KinesisLocal:
     """``with KinesisLocal() as kl: kl.url``."""
 
-    def __init__(self, clock: bool = False) -> None:
+    def __init__(self, clock: bool = False, host: str = "127.0.0.1", prefix: tuple[str, ...] = ()) -> None:
         self.clock = clock
+        # a multi-host test's server: its host's own address, its command run inside that host
+        # (``prefix``: ``ip netns exec <ns>``)
+        self.host, self._prefix = host, prefix
         self.port: int | None = None
         self._dir: str | None = None
         self._proc: subprocess.Popen | None = None
@@ -53,8 +56,8 @@ class KinesisLocal:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:<plain port>``."""
-        return f"http://127.0.0.1:{self.port}"
+        """``http://<host>:<plain port>``."""
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> KinesisLocal:
         """Start on free ports and wait until the plain port accepts connections."""
@@ -65,7 +68,7 @@ class KinesisLocal:
         source = main_js.read_text()
         if source.count(_BIND_ANY) != 1:
             raise RuntimeError("kinesis-local's bind address was not found: is it another version?")
-        Path(self._dir, "main.js").write_text(source.replace(_BIND_ANY, _BIND_LOOPBACK))
+        Path(self._dir, "main.js").write_text(source.replace(_BIND_ANY, f'em("{self.host}")'))
         shutil.copy(PACKAGE / "server.json", self._dir)  # TLS port's certificate, read from cwd
         self.port = free_port()
         env = dict(os.environ)
@@ -81,13 +84,14 @@ class KinesisLocal:
             env["KDDB_CLOCK_FILE"] = str(Path(self._dir, "clock"))
             cmd[1:1] = ["--require", str(CLOCK)]
         self._log = open(Path(self._dir, "server.log"), "wb")
-        self._proc = subprocess.Popen(cmd, cwd=self._dir, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self._proc = subprocess.Popen([*self._prefix, *cmd], cwd=self._dir, env=env, stdout=self._log,
+                                      stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 raise RuntimeError(f"kinesis-local exited: {Path(self._dir, 'server.log').read_text()[-2000:]}")
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                socket.create_connection((self.host, self.port), timeout=1).close()
                 return self
             except OSError:
                 time.sleep(0.1)

@@ -27,7 +27,8 @@ proxy answers without forwarding.
 Writes to one stream are forwarded one at a time: moto server's concurrent ``PutRecords`` to a
 shard can hand out one sequence number twice and lose a record.
 
-Listens on 127.0.0.1 only; the random choices are seeded, so a run is repeatable.
+Listens on 127.0.0.1 (or a multi-host test's own bridge address, ``host``); the random choices
+are seeded, so a run is repeatable.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class Seen:
 class FaultProxy:
     """``with FaultProxy(target_url) as proxy: proxy.url``; ``proxy.seen`` lists requests."""
 
-    def __init__(self, target_url: str, seed: int = 7) -> None:
+    def __init__(self, target_url: str, seed: int = 7, host: str = "127.0.0.1") -> None:
         target = urlparse(target_url)
         self._host, self._port = target.hostname, target.port
         self.seen: list[Seen] = []
@@ -118,7 +119,7 @@ class FaultProxy:
         self.gap_pages_served = 0
         self._random = random.Random(seed)
         self._lock = threading.Lock()
-        self._server = LocalHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = LocalHTTPServer((host, 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     # -- rules ---------------------------------------------------------------------------
@@ -377,8 +378,9 @@ class FaultProxy:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:<port>`` of the proxy."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        """``http://<host>:<port>`` of the proxy."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
 
     def __enter__(self) -> FaultProxy:
         self._thread.start()

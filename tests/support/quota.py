@@ -133,9 +133,10 @@ class QuotaProxy(FaultProxy):
     """``with QuotaProxy(backend_url) as q: q.url``; see the module docstring."""
 
     def __init__(
-        self, target_url: str, quotas: Quotas | None = None, seed: int = 7, count_records: bool = False
+        self, target_url: str, quotas: Quotas | None = None, seed: int = 7, count_records: bool = False,
+        host: str = "127.0.0.1",
     ) -> None:
-        super().__init__(target_url, seed=seed)
+        super().__init__(target_url, seed=seed, host=host)
         self.quotas = quotas or Quotas()
         # with count_records: each record's reads, (call time, client kind), by
         # (access key, stream, shard, sequence number); off by default, it grows with the stream
