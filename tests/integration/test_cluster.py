@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import urllib.request
 import uuid
+import zipfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ import boto3
 import pytest
 
 from tests.support.cluster import Cluster, unavailable
+from tests.support.install import APP, clean_env, rows, run
 from tests.support.kinesis_local import KinesisLocal
 from tests.support.quota import QuotaProxy
 from tests.support.waiting import wait_for
@@ -59,8 +62,10 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory) -> Iterator[Setup]:
-    with Cluster(tmp_path_factory.mktemp("cluster")) as made:
+def setup(tmp_path_factory, clean) -> Iterator[Setup]:
+    # the hosts' own Python has the dependencies, not the package: an application brings it
+    # (cluster_app.py's driver names this project's interpreter; the install routes their own)
+    with Cluster(tmp_path_factory.mktemp("cluster"), python=str(clean / "bin" / "python")) as made:
         aws = made.hosts["aws"]
         aws.start([sys.executable, "-m", "moto.server", "-H", aws.address, "-p", str(MOTO_PORT)],
                   made.workdir / "moto.log")
@@ -92,7 +97,11 @@ class DriverRun:
         for key, value in options.items():
             argv += ["--option", f"{key}={value}"]
         env = {k: v for k, v in __import__("os").environ.items() if k != "SPARK_LOCAL_IP"}
-        env.update(setup.cluster.spark_env(driver), PYTHONPATH=str(ROOT))
+        env.update(setup.cluster.spark_env(driver, python=sys.executable), PYTHONPATH=str(ROOT))
+        # as on a host whose name resolves to loopback (this machine's /etc/hosts): the report
+        # listener's default address is then the driver host's interface, found by the source
+        for key in ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME"):
+            env.pop(key)
         self._log = open(checkpoint.parent / f"driver-{checkpoint.name}.log", "w")  # noqa: SIM115
         self.log_path = Path(self._log.name)
         self._proc = subprocess.Popen(driver.argv(argv), cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -133,6 +142,9 @@ class DriverRun:
         self._reader.join(timeout=30)
         self._log.close()
         assert code == 0 and self.out is not None, f"the driver failed ({code}):\n{self.log_path.read_text()[-4000:]}"
+        summary = {k: v for k, v in self.out.items() if k not in ("rows", "sent", "reports")}
+        summary["rows"] = len(self.out["rows"])
+        self.log_path.with_suffix(".json").write_text(json.dumps(summary, indent=1))  # for the docs' figures
         assert self.out["error"] is None, self.out["error"]
         return self.out
 
@@ -180,6 +192,19 @@ def check_order(rows: list) -> None:
         tag, n, key = data.split("|")[0].rsplit("-", 2)
         assert int(n) >= last.get((tag, key), -1), f"key {key}: round {n} after {last[(tag, key)]}"
         last[(tag, key)] = int(n)
+
+
+def running_on(driver: str, host: str) -> bool:
+    """Whether an executor on ``host`` runs a task now (the driver's UI API)."""
+    base = f"http://{driver}:4040/api/v1/applications"
+    try:
+        with urllib.request.urlopen(base, timeout=2) as resp:
+            (app,) = json.load(resp)
+        with urllib.request.urlopen(f"{base}/{app['id']}/executors", timeout=2) as resp:
+            executors = json.load(resp)
+    except (OSError, ValueError):
+        return False
+    return any(e["hostPort"].startswith(f"{host}:") and e["activeTasks"] > 0 for e in executors)
 
 
 def budget_held(setup: Setup, stream: str, since: float) -> None:
@@ -279,16 +304,20 @@ def test_a_worker_host_killed_mid_run_loses_nothing_and_a_resume_without_the_spa
     kinesis = setup.kinesis()
     sent = put(kinesis, stream, 6, "pre")
     options = setup.options(stream)
-    run = DriverRun(setup, options, len(sent), tmp_path / "first", "--produce", "30")
+    # a transformation that takes 5 ms a row: tasks run for seconds, and the host goes mid-task
+    run = DriverRun(setup, options, len(sent), tmp_path / "first", "--produce", "30", "--slow-ms", "5")
     killed = cluster.workers[1]
     try:
         run.wait_rows(len(sent))
-        sent += run.put(kinesis, stream, 40, "kill", pad=1000)  # a backlog being read when the host goes
+        sent += run.put(kinesis, stream, 20, "kill")
+        wait_for(lambda: running_on(cluster.hosts["driver"].address, killed.address), timeout=120,
+                 interval=0.05, what=f"a task running on {killed.name}")
         killed.kill_all()  # the worker JVM, its executor and Python workers: the host is gone
         first = run.result()
     finally:
         cluster.start_worker(killed)
     check_rows(first, [(s, q) for s, q, _ in sent])
+    assert first["task_attempts_failed"].get(killed.address, 0) > 0, ("no task was lost with the host", first)
     # a new run of the same application with a new Spark checkpoint resumes from DynamoDB
     more = put(kinesis, stream, 4, "post")
     run = DriverRun(setup, options, len(more), tmp_path / "second", "--produce", "6", "--tag", "again",
@@ -347,3 +376,60 @@ def test_the_sink_on_the_cluster_copies_a_stream_exactly(setup, tmp_path):
     assert all(rounds == sorted(rounds) for rounds in by_key.values())
     workers = {w.address for w in setup.cluster.workers}
     assert workers & set(out["executor_hosts"]), out["executor_hosts"]
+
+
+def submit(setup: Setup, tmp_path: Path, spark_env: Path, *route: str, **env: str) -> dict[str, str]:
+    """``tests/support/submit_app.py --where`` with ``spark-submit`` from ``spark_env`` on the
+    driver host, in client mode against the cluster's master, on moto (Kinesis and DynamoDB);
+    nothing of this repository on the path of its processes. Once it read its 50 rows: where
+    each worker host's Python found the package."""
+    driver = setup.cluster.hosts["driver"]
+    argv = driver.argv([str(spark_env / "bin" / "spark-submit"), "--master", setup.cluster.master_url,
+                        "--conf", f"spark.driver.host={driver.address}",
+                        "--conf", f"spark.driver.bindAddress={driver.address}",
+                        "--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2", *route,
+                        str(APP), "--endpoint", setup.dynamodb_url, "--where"])
+    host_env = {k: v for k, v in setup.cluster.spark_env(driver).items() if k != "PYSPARK_PYTHON"}
+    proc = run(argv, tmp_path, {**clean_env(spark_env), **host_env, **env})
+    assert rows(proc) == 50
+    found = dict(line.split()[1:3] for line in proc.stdout.splitlines() if line.startswith("WHERE "))
+    assert set(found) == {w.address for w in setup.cluster.workers}, found
+    return found
+
+
+def test_a_wheel_installed_on_every_host_reaches_the_workers_interpreters(setup, wheel_env, clean, tmp_path):
+    """docs/quickstart.md's cluster route 1: the wheel installed into an environment at the same
+    path on every host (the hosts share this machine's disk), named by spark.pyspark.python."""
+    python = wheel_env / "bin" / "python"
+    found = submit(setup, tmp_path, clean, "--conf", f"spark.pyspark.python={python}")
+    assert all(path.startswith(str(wheel_env)) for path in found.values()), found
+
+
+def test_py_files_ship_the_package_to_the_workers(setup, clean, tmp_path):
+    """Route 2: the package zipped and shipped with --py-files; every host's interpreter
+    (.venv-clean's, the dependencies without the package) gets it from Spark."""
+    archive = tmp_path / "kinesis_source.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in (ROOT / "kinesis_source").rglob("*.py"):
+            zf.write(path, path.relative_to(ROOT))
+    python = str(clean / "bin" / "python")
+    found = submit(setup, tmp_path, clean, "--py-files", str(archive), PYSPARK_PYTHON=python)
+    assert all("kinesis_source.zip" in path for path in found.values()), found
+
+
+def test_a_packed_environment_in_spark_archives_reaches_the_workers(setup, wheel_env, clean, tmp_path):
+    """Route 3: an environment with the wheel, packed into a tar.gz that Spark unpacks on each
+    worker (``--archives env.tar.gz#env``, ``spark.pyspark.python=./env/bin/python``). In
+    client mode the driver's Python data source process runs that same relative path in the
+    driver's working directory, where Spark unpacks nothing: the archive is unpacked there too,
+    as docs/quickstart.md says. The environment's dependencies are .venv-clean's by a .pth path
+    every host has: what the archive brings is the package."""
+    packed = tmp_path / "env.tar.gz"
+    with tarfile.open(packed, "w:gz") as tar:
+        tar.add(wheel_env, arcname=".")
+    with tarfile.open(packed) as tar:
+        tar.extractall(tmp_path / "env", filter="tar")
+    found = submit(setup, tmp_path, clean, "--archives", f"{packed}#env",
+                   "--conf", "spark.pyspark.python=./env/bin/python")
+    # each executor's own unpacked copy, in its work directory (not the driver's)
+    assert all("/env/" in path and not path.startswith(str(tmp_path)) for path in found.values()), found

@@ -80,10 +80,13 @@ class Host:
         return ["ip", "netns", "exec", self.ns, *argv]
 
     def start(self, argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-        """A process on this host, in a process group of its own, logging to ``log``."""
+        """A process on this host, in a process group of its own, logging to ``log``; without
+        this process's ``PYTHONPATH`` (the test run's, which finds this repository): what a
+        host's Python has is its own interpreter's."""
+        base = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         with open(log, "ab") as out:
             proc = subprocess.Popen(self.argv(argv), stdout=out, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **(env or {})}, start_new_session=True)
+                                    env={**base, **(env or {})}, start_new_session=True)
         self.processes.append(proc)
         return proc
 
@@ -135,8 +138,10 @@ def _spark_class() -> str:
 class Cluster:
     """``with Cluster(tmp) as c:`` the hosts are up, the master and workers running."""
 
-    def __init__(self, workdir: Path, workers: int = 2) -> None:
+    def __init__(self, workdir: Path, workers: int = 2, python: str | None = None) -> None:
         self.workdir = Path(workdir)
+        # the workers' own interpreter, used where an application names none
+        self.python = python or sys.executable
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._tag = uuid.uuid4().hex[:5]
         self._bridge = f"kbr{self._tag}"
@@ -194,10 +199,11 @@ class Cluster:
             _ip("link", "set", inner, "up", ns=host.ns)
             _ip("link", "set", "lo", "up", ns=host.ns)
 
-    def spark_env(self, host: Host) -> dict[str, str]:
-        """What a Spark process on ``host`` needs: its own address, the project's Python."""
+    def spark_env(self, host: Host, python: str | None = None) -> dict[str, str]:
+        """What a Spark process on ``host`` needs: its own address, its Python (``python``, else
+        the cluster's)."""
         return {"SPARK_LOCAL_IP": host.address, "SPARK_LOCAL_HOSTNAME": host.address,
-                "PYSPARK_PYTHON": sys.executable, "SPARK_WORKER_DIR": str(self.workdir / f"{host.name}-work"),
+                "PYSPARK_PYTHON": python or self.python, "SPARK_WORKER_DIR": str(self.workdir / f"{host.name}-work"),
                 "SPARK_LOG_DIR": str(self.workdir)}
 
     def _spark(self) -> None:

@@ -46,6 +46,8 @@ def main() -> None:
     parser.add_argument("--tag", default="live", help="the producer's records are <tag>-<round>-<key>")
     parser.add_argument("--count", help="comma-separated data prefixes: only such records count "
                         "toward --expect (a resumed run may read an earlier run's records again)")
+    parser.add_argument("--slow-ms", type=float, default=0,
+                        help="a Python UDF that takes this long per row (tasks that run for a while)")
     parser.add_argument("--sink-stream", help="copy the stream into this one with the kinesis-ddb sink")
     args = parser.parse_args()
     options = dict(pair.partition("=")[::2] for pair in args.option)
@@ -72,6 +74,7 @@ def main() -> None:
     for info in spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos():  # noqa: SLF001
         out["executor_hosts"].append(info.host())
     out["failed_tasks"] = failed_tasks(spark)
+    out["task_attempts_failed"] = attempts_failed(spark)
     out["driver"] = socket.gethostname()
     print(json.dumps(out), flush=True)
     spark.stop()
@@ -92,6 +95,17 @@ def read(df, options: dict[str, str], args: argparse.Namespace) -> dict:
             seen.update((shard, seq) for shard, seq, data in got if data.startswith(counted))
             print(f"BATCH {batch_id} {len(seen)}", flush=True)
 
+    if args.slow_ms:
+        from pyspark.sql.functions import udf
+
+        pause = args.slow_ms / 1000
+
+        @udf("binary")
+        def slow(data):
+            time.sleep(pause)  # the work a user's transformation does per row
+            return data
+
+        df = df.withColumn("data", slow("data"))
     query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", args.checkpoint)
              .trigger(processingTime="500 milliseconds").start())
     sent: list[tuple[str, str]] = []
@@ -152,6 +166,25 @@ def failed_tasks(spark) -> dict[str, int]:
     for executor in executors:
         host = executor["hostPort"].rsplit(":", 1)[0]
         out[host] = out.get(host, 0) + executor["failedTasks"]
+    return out
+
+
+def attempts_failed(spark) -> dict[str, int]:
+    """Task attempts that did not succeed, by the host they ran on, every stage's (the UI API's
+    task lists: a task lost with its executor is retried without counting as its failure)."""
+    import urllib.request
+
+    sc = spark.sparkContext
+    base = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages"
+    out: dict[str, int] = {}
+    with urllib.request.urlopen(base, timeout=30) as resp:
+        stages = json.load(resp)
+    for stage in stages:
+        url = f"{base}/{stage['stageId']}/{stage['attemptId']}/taskList?length=10000"
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            for task in json.load(resp):
+                if task["status"] not in ("SUCCESS", "RUNNING"):
+                    out[task["host"]] = out.get(task["host"], 0) + 1
     return out
 
 

@@ -6,7 +6,9 @@ writes 50 records to a new 2-shard stream, reads them with ``format("kinesis-ddb
   registration (and kinesis_source is not imported here at all);
 - ``--connect``: a Spark Connect session (``remote("local[2]")``) instead of a classic one;
 - ``--endpoint URL``: a running local endpoint, instead of starting one (which needs the
-  package's ``LocalEndpoint``).
+  package's ``LocalEndpoint``);
+- ``--where``: then print ``WHERE <executor's SPARK_LOCAL_IP> <path>`` for where each executor's
+  Python found ``kinesis_source`` (on a cluster: which route brought it).
 """
 
 import argparse
@@ -26,11 +28,21 @@ def endpoint_url(given: str | None, stack: contextlib.ExitStack) -> str:
     return stack.enter_context(LocalEndpoint()).url
 
 
+def origin(_):
+    """Where this Python finds the package, and the host it runs on."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("kinesis_source")
+    return os.environ.get("SPARK_LOCAL_IP"), spec.origin if spec else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--auto", action="store_true")
     parser.add_argument("--connect", action="store_true")
     parser.add_argument("--endpoint")
+    parser.add_argument("--where", action="store_true")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         url = endpoint_url(args.endpoint, stack)
@@ -57,6 +69,9 @@ def main() -> None:
                  .option("checkpointLocation", tempfile.mkdtemp()).start())
         query.processAllAvailable()
         print("ROWS", spark.sql("SELECT count(*) FROM orders").first()[0])
+        if args.where:
+            for host, path in sorted(set(spark.sparkContext.parallelize(range(8), 8).map(origin).collect())):
+                print("WHERE", host, path)
         query.stop()
         spark.stop()
 
