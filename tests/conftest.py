@@ -51,9 +51,9 @@ DURATIONS = Path(__file__).with_name("durations.json")
 def pytest_collection_modifyitems(config, items):
     """Drop the parametrizations of tests marked for other Kinesis backends; then order the
     rest longest first (after pytest grouped them by their fixtures' parameters): xdist's
-    ``load`` scheduler deals the first tests out in turn, so the long ones start at once on
-    every worker and the short ones fill the end, instead of one long test at the end keeping
-    one worker busy alone. A serial run keeps the same order."""
+    ``loadgroup`` scheduler deals the first tests out in turn (after its one group, the
+    cluster's), so the long ones start at once on every worker and the short ones fill the
+    end, instead of one long test at the end keeping one worker busy alone. A serial run keeps the same order."""
     keep, drop = [], []
     for item in items:
         marker = item.get_closest_marker("backends")

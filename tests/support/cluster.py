@@ -18,12 +18,15 @@ to one address (failing at once, or unanswered as behind a dropping firewall). N
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import urllib.request
 import uuid
 from collections.abc import Sequence
@@ -113,10 +116,15 @@ class Host:
         """A second address on this host's interface (in the cluster's /24)."""
         _ip("addr", "add", f"{address}/24", "dev", f"{self.veth}p", ns=self.ns)
 
+    def remove_address(self, address: str) -> None:
+        """:meth:`add_address` undone."""
+        _ip("addr", "del", f"{address}/24", "dev", f"{self.veth}p", ns=self.ns)
+
     def blackhole(self, address: str, via: str) -> None:
         """This host's packets to ``address`` go to ``via``, an address no host has: its
-        connections there wait unanswered, as behind a firewall that drops them (this kernel
-        has no packet filter to do it with: no ``tc`` actions, no ``iptables``)."""
+        connections there get no answer (the kernel gives up on the next hop after about 3 s),
+        as behind a firewall that drops them (this kernel has no packet filter to do it with:
+        no ``tc`` actions, no ``iptables``)."""
         _ip("route", "add", f"{address}/32", "via", via, ns=self.ns)
 
     def unroute(self, address: str) -> None:
@@ -145,13 +153,16 @@ class Cluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._tag = uuid.uuid4().hex[:5]
         self._bridge = f"kbr{self._tag}"
-        self._net = _free_subnet()
+        self._net = 0  # chosen with the network, under a lock: two clusters never share a /24
         names = ["aws", "master", *(f"w{i + 1}" for i in range(workers)), "driver"]
-        self.hosts = {
-            name: Host(name, f"kddb-{self._tag}-{name}", f"10.231.{self._net}.{10 + i}", f"kv{self._tag}{i}")
-            for i, name in enumerate(names)
-        }
-        self.gateway = f"10.231.{self._net}.1"
+        # addresses are given once the network is chosen (:meth:`_network`)
+        self.hosts = {name: Host(name, f"kddb-{self._tag}-{name}", "", f"kv{self._tag}{i}")
+                      for i, name in enumerate(names)}
+
+    @property
+    def gateway(self) -> str:
+        """The machine's address on the bridge (the test process's servers listen there)."""
+        return f"10.231.{self._net}.1"
 
     @property
     def master_url(self) -> str:
@@ -185,8 +196,16 @@ class Cluster:
         self.close()
 
     def _network(self) -> None:
-        _ip("link", "add", self._bridge, "type", "bridge")
-        _ip("addr", "add", f"{self.gateway}/24", "dev", self._bridge)
+        with open(Path(tempfile.gettempdir()) / "kddb-cluster-net.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._net = _free_subnet()
+            for i, host in enumerate(self.hosts.values()):
+                host.address = f"10.231.{self._net}.{10 + i}"
+            _ip("link", "add", self._bridge, "type", "bridge")
+            _ip("addr", "add", f"{self.gateway}/24", "dev", self._bridge)
+        self._hosts_up()
+
+    def _hosts_up(self) -> None:
         _ip("link", "set", self._bridge, "up")
         for host in self.hosts.values():
             _ip("netns", "add", host.ns)
@@ -242,6 +261,11 @@ class Cluster:
         for host in self.hosts.values():
             host.kill_all()
         for host in self.hosts.values():
+            # anything still inside (a test's process that outlived it) goes with its host
+            pids = subprocess.run(["ip", "netns", "pids", host.ns], capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
             _ip("netns", "del", host.ns, check=False)
             _ip("link", "del", host.veth, check=False)
         _ip("link", "del", self._bridge, check=False)

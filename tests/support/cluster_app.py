@@ -7,7 +7,8 @@ It reads a stream with ``format("kinesis-ddb")`` into a ``foreachBatch`` sink un
 batch id), the source's progress reports (tip reports delivered, ranges carried, ...), and
 which executor hosts ran tasks. While it runs it prints ``BATCH <id> <distinct records>`` after
 each batch, which a test watches to inject a fault mid-run; a test that puts more records
-meanwhile says so with ``MORE <n>`` lines on stdin.
+meanwhile says so with ``MORE <n>`` lines on stdin, and ``END`` when it puts no more (the run
+ends only after it).
 
 With ``--sink-stream`` it copies the stream into that one with the ``kinesis-ddb`` sink under
 ``Trigger.AvailableNow`` instead, and prints the JSON line when the query ends.
@@ -115,16 +116,21 @@ def read(df, options: dict[str, str], args: argparse.Namespace) -> dict:
     producer = threading.Thread(target=produce, args=(options, args, sent, reported, producing), daemon=True)
     producer.start()
     expect = [args.expect]
-    threading.Thread(target=more_expected, args=(expect,), daemon=True).start()
+    told_all = threading.Event()
+    threading.Thread(target=more_expected, args=(expect, told_all), daemon=True).start()
     deadline = time.monotonic() + args.timeout
+    done = False
     while time.monotonic() < deadline and query.isActive:
         if args.until_reports and any(r.get("tipReports", 0) > 0 for r in _reports(query)):
             reported.set()
         with lock:
-            if not producing.is_set() and len(seen) >= expect[0] + len(sent):
+            if told_all.is_set() and not producing.is_set() and len(seen) >= expect[0] + len(sent):
+                done = True
                 break
         query.awaitTermination(0.5)
     error = str(query.exception()) if not query.isActive and query.exception() else None
+    if error is None and not done:
+        error = f"timed out after {args.timeout:.0f} s with {len(seen)} of {expect[0] + len(sent)} records"
     reports = _reports(query)
     query.stop()
     producing.clear()
@@ -147,11 +153,15 @@ def copy(df, options: dict[str, str], args: argparse.Namespace) -> dict:
             "executor_hosts": [], "error": error}
 
 
-def more_expected(expect: list[int]) -> None:
-    """``MORE <n>`` lines on stdin: the test put ``n`` more records the run must read."""
+def more_expected(expect: list[int], told_all: threading.Event) -> None:
+    """``MORE <n>`` lines on stdin: the test puts ``n`` more records the run must read; ``END``
+    (or stdin closed): it puts no more, the run may end once it read them all."""
     for line in sys.stdin:
         if line.startswith("MORE "):
             expect[0] += int(line.split()[1])
+        elif line.startswith("END"):
+            break
+    told_all.set()
 
 
 def failed_tasks(spark) -> dict[str, int]:

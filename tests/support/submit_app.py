@@ -70,7 +70,7 @@ def main() -> None:
         query.processAllAvailable()
         print("ROWS", spark.sql("SELECT count(*) FROM orders").first()[0])
         if args.where:
-            for host, path in sorted(set(spark.sparkContext.parallelize(range(8), 8).map(origin).collect())):
+            for host, path in sorted(set(spark.sparkContext.parallelize(range(32), 32).map(origin).collect())):
                 print("WHERE", host, path)
         query.stop()
         spark.stop()
