@@ -286,8 +286,8 @@ def test_with_the_report_port_blocked_a_link_cut_and_a_worker_cut_off_from_kines
     unreachable from the workers from the start, as behind a firewall that drops its port (the
     listener on a second address of the driver host, ``tipReportHost``, which the workers' routes
     send to an address no host holds): the driver's probes take over, within the budget. Then
-    worker 1's link cut while it runs a task, and restored (``ROUNDS`` times); then worker 2 cut
-    off from Kinesis for the rest of the run."""
+    a worker's link cut while it runs a task, and restored (``ROUNDS`` times); then the other
+    worker cut off from Kinesis for the rest of the run."""
     cluster = setup.cluster
     stream = new_stream(setup)
     # a backlog the executors read (the driver's probes carry a steady stream's records
@@ -295,6 +295,7 @@ def test_with_the_report_port_blocked_a_link_cut_and_a_worker_cut_off_from_kines
     kinesis = setup.kinesis()
     sent = put(kinesis, stream, 80, "pre", pad=1000)
     driver, (w1, w2) = cluster.hosts["driver"], cluster.workers
+    off = w2
     kinesis_at = cluster.gateway  # the quota server's address: every Kinesis call goes there
     listener = cluster.spare_address(1)
     try:
@@ -309,22 +310,26 @@ def test_with_the_report_port_blocked_a_link_cut_and_a_worker_cut_off_from_kines
                         tmp_path / "ck", "--produce", "20", "--slow-ms", "2",
                         "--conf", "spark.excludeOnFailure.enabled=true")
         run.wait_rows(len(sent))
+        cut = w1
         for n in range(ROUNDS):
             sent += run.put(kinesis, stream, 20, f"cut{n}", pad=1000)
-            wait_for(lambda: running_on(driver.address, w1.address), timeout=120, interval=0.05,
-                     what="a task running on w1")
-            w1.cut()
+            # whichever worker runs a task first (Spark places tasks as it likes)
+            cut = wait_for(lambda: next((w for w in (w1, w2) if running_on(driver.address, w.address)), None),
+                           timeout=180, interval=0.05, what="a task running on a worker")
+            cut.cut()
             time.sleep(LINK_CUT_S)  # the fault's length, not a wait for something
-            w1.restore()
-            done = tasks_done_on(driver.address, w1.address)
-            wait_for(lambda: tasks_done_on(driver.address, w1.address) > done, timeout=180,  # noqa: B023
-                     what="w1 completing a task after its link came back")
-        w2.unroute(kinesis_at)
+            cut.restore()
+            done = tasks_done_on(driver.address, cut.address)
+            wait_for(lambda: tasks_done_on(driver.address, cut.address) > done, timeout=180,  # noqa: B023
+                     what=f"{cut.name} completing a task after its link came back")  # noqa: B023
+        off = w2 if cut is w1 else w1
+        off.unroute(kinesis_at)
         sent += run.put(kinesis, stream, 100, "off", pad=1000)  # past the probes' reach: executors read it
         out = run.result()
     finally:
-        w1.restore()
-        _quietly(w2.reroute, kinesis_at)
+        for worker in cluster.workers:
+            worker.restore()
+            _quietly(worker.reroute, kinesis_at)
         for worker in cluster.workers:
             _quietly(worker.reroute, listener)
         _quietly(driver.remove_address, listener)
@@ -332,8 +337,8 @@ def test_with_the_report_port_blocked_a_link_cut_and_a_worker_cut_off_from_kines
     reports = out["reports"]
     assert max(r["tipReports"] for r in reports) == 0 and reports[-1]["tipReportsMissing"] > 0, out["metrics"]
     budget_held(setup, stream, run.first_batch_at)
-    assert out["failed_tasks"].get(w2.address, 0) > 0, ("the worker cut off from Kinesis failed no task",
-                                                        out["failed_tasks"], out["metrics"])
+    assert out["failed_tasks"].get(off.address, 0) > 0, ("the worker cut off from Kinesis failed no task",
+                                                         out["failed_tasks"], out["metrics"])
 
 
 LINK_CUT_S = 8.0
