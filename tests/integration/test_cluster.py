@@ -30,6 +30,7 @@ import boto3
 import pytest
 
 from tests.support.cluster import Cluster, unavailable
+from tests.support.cluster_app import put_round
 from tests.support.install import APP, clean_env, rows, run
 from tests.support.kinesis_local import KinesisLocal
 from tests.support.quota import QuotaProxy
@@ -186,10 +187,9 @@ def put(kinesis, stream: str, rounds: int, tag: str, pad: int = 0) -> list[tuple
     ``k0``..``k49``: (shard, sequence number, data)."""
     sent = []
     for n in range(rounds):
-        data = [f"{tag}-{n}-{i}|{'x' * pad}" for i in range(50)]
-        resp = kinesis.put_records(StreamName=stream, Records=[
-            {"Data": d.encode(), "PartitionKey": f"k{i}"} for i, d in enumerate(data)])
-        sent += [(r["ShardId"], r["SequenceNumber"], d) for d, r in zip(data, resp["Records"], strict=True)]
+        written, refused = put_round(kinesis, stream, tag, n, pad)
+        assert not refused, f"kinesis-local refused {refused} records"
+        sent += written
     return sent
 
 

@@ -208,6 +208,17 @@ def _reports(query) -> list[dict]:
     return found
 
 
+def put_round(kinesis, stream: str, tag: str, n: int, pad: int = 0) -> tuple[list[tuple[str, str, str]], int]:
+    """Round ``n`` of ``ROUND`` records, ``<tag>-<n>-<key>`` then ``|`` and ``pad`` bytes, keys
+    ``k0``..: those written (shard, sequence number, data), and how many were refused."""
+    data = [f"{tag}-{n}-{i}|{'x' * pad}" for i in range(ROUND)]
+    resp = kinesis.put_records(StreamName=stream, Records=[
+        {"Data": d.encode(), "PartitionKey": f"k{i}"} for i, d in enumerate(data)])
+    written = [(r["ShardId"], r["SequenceNumber"], d) for d, r in zip(data, resp["Records"], strict=True)
+               if "SequenceNumber" in r]
+    return written, ROUND - len(written)
+
+
 def produce(options: dict[str, str], args: argparse.Namespace, sent: list[tuple[str, str]],
             reported: threading.Event, producing: threading.Event) -> None:
     """``--produce`` rounds put to the query's stream, one every 0.5 s (what each got in
@@ -222,11 +233,10 @@ def produce(options: dict[str, str], args: argparse.Namespace, sent: list[tuple[
             if done or n >= args.produce + MAX_EXTRA_ROUNDS or not producing.is_set():
                 return
             time.sleep(0.5)  # the producer's pace, not a wait for anything
-            resp = kinesis.put_records(StreamName=options["streamName"], Records=[
-                {"Data": f"{args.tag}-{n}-{i}".encode(), "PartitionKey": f"k{i}"} for i in range(ROUND)])
-            sent.extend((r["ShardId"], r["SequenceNumber"]) for r in resp["Records"] if "SequenceNumber" in r)
-            if any("ErrorCode" in r for r in resp["Records"]):
-                print(f"PRODUCER refused {sum('ErrorCode' in r for r in resp['Records'])}", file=sys.stderr)
+            written, refused = put_round(kinesis, options["streamName"], args.tag, n)
+            sent.extend((shard, seq) for shard, seq, _ in written)
+            if refused:
+                print(f"PRODUCER refused {refused}", file=sys.stderr)
     finally:
         producing.clear()
 
