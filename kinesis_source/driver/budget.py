@@ -100,10 +100,12 @@ class CallBudget:
     def reserve(self, op: str, key: Hashable | None = None) -> int:
         """Calls of a window kept for executor reads: half, so probes and reads alternate;
         none on a shard whose last range the driver carried whole (driver/carried.py:
-        executors read none of it)."""
+        executors read none of it), nor on a shard no read was booked on yet: its first looks
+        (an AvailableNow target, LATEST, the first answer) are what a read waits for, and a
+        read booked after them still fits the same windows."""
         if key is not None:
             state = self.shards.get(key)
-            if state is not None and state.carried_whole:
+            if state is None or state.carried_whole or not state.read_booked:
                 return 0
         return self._window_size(op) // 2
 
@@ -142,6 +144,7 @@ class CallBudget:
         has no iterator handed over) at the first time they fit; returns that time and the
         bookings by operation (for :meth:`settle`)."""
         with self.lock:
+            self.shards.state(key).read_booked = True
             ops = [GET_RECORDS, GET_SHARD_ITERATOR] if needs_iterator else [GET_RECORDS]
             at = max(self.free_at(key, op, now=now) for op in ops)
             for op in ops:

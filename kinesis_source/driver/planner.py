@@ -29,7 +29,7 @@ from kinesis_source.driver.reports import TipListener, default_host, is_loopback
 from kinesis_source.driver.runtime import LoopThread
 from kinesis_source.driver.shards import ShardStates
 from kinesis_source.driver.start import resolve_positions
-from kinesis_source.driver.tips import TipTable
+from kinesis_source.driver.tips import TipTable, warm_bytes
 from kinesis_source.option_values import InitialPosition
 from kinesis_source.options import SourceOptions
 from kinesis_source.positions import AFTER, Offset, Position, ShardId, ShardRange
@@ -222,6 +222,7 @@ class Planner:
     ) -> Offset:
         parts = await self._made()
         listing = await self._listing.get(force=True)
+        _first_looks(parts.prober, listing)
         return await resolve_positions(spec, listing, parts.prober, streams)
 
     def latest_offset(self, start: Offset, max_records: int | None = None) -> Offset:
@@ -262,7 +263,9 @@ class Planner:
         parts = await self._running()
         if parts.feeds is not None:
             parts.feeds.stop_all()
-        target = await find_target(await self._listing.get(force=True), parts.prober)
+        listing = await self._listing.get(force=True)
+        _first_looks(parts.prober, listing)
+        target = await find_target(listing, parts.prober)
         parts.tips.seed(target.found)
         parts.latest.target = target
         return target
@@ -291,6 +294,14 @@ class Planner:
         booked, the data bytes executors reported reading and, of them, outside their ranges)
         and, per shard of the last answer, the tip and how far behind it the batch started."""
         return _stats(self.parts, self._kinesis, self.byte_budget, self._listener, self._answer_s)
+
+
+def _first_looks(prober: TailProber, listing: Mapping[str, list[ShardInfo]]) -> None:
+    """Probes from a start before the table tracks the shards (LATEST, an AvailableNow target)
+    look at each tip with a page as large as the table's first probes of these shards would
+    read: at one shard, 64 KB finds the tip of a backlog written in batches in that call, where
+    10 records stopped short and cost a call more (a second of the shard's budget)."""
+    prober.warm_bytes = warm_bytes(sum(not s.is_closed for shards in listing.values() for s in shards))
 
 
 def _stats(parts: Parts | None, kinesis: AsyncKinesis | None, byte_budget: ByteBudget, listener: TipListener | None,

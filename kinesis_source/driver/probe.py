@@ -14,7 +14,7 @@ Kinesis has no "latest offset" call. For each shard the probe
    (``PacedKinesis.ready``); a wait moves the estimate on by its length, so the page does not
    read what arrived while it waited; but the first look at a shard (a cold start, nothing
    says it is written to) first reads a warm page where the estimate put the tip, which finds
-   a backlog's tip in that call.
+   a backlog's tip in that call or the next.
 
 A probe that went on from its iterator returns the records it read there (``run``): they are
 exactly the shard's records after the start, and the tip table carries them to the executor
@@ -61,6 +61,9 @@ WINDOW_GROWTH = 8
 # that long).
 MOVED_WINDOW_S = 0.2
 MOVED_MIN_S = 0.05  # a shorter wait moves nothing: the window is placed as the first page says
+# A cold look that stopped this close behind the tip (MillisBehindLatest) reads on to it: nothing
+# to speak of arrived while it waited, it only stopped inside the last burst of records.
+LOOK_READ_ON_MS = 200
 # Empty pages followed (while behind) before the check gives up until the next probe: real
 # Kinesis can serve empty pages over gaps in a shard.
 MAX_EMPTY_HOPS = 4
@@ -224,8 +227,10 @@ class TailProber:
         put it when nothing arrived in the moved window). A ``cold`` probe (nothing says the
         shard is being written to: the first look at it) first looks where ``page`` put the tip,
         reading at most a warm page there: a backlog nobody writes to is found in that call
-        instead of one more after an empty moved window (a whole second at the default budget),
-        and on a busy shard the moved window comes next, as it would have."""
+        (or, when the page stopped inside the last burst of records, ``LOOK_READ_ON_MS`` or
+        less behind, in the next, read on from it) instead of after an empty moved window (a
+        whole second at the default budget), and on a busy shard the moved window comes next,
+        as it would have."""
         last_arrival = arrival_seconds(page.records[-1])
         tip_arrival = last_arrival + page.behind_ms / 1000.0
         seen = time.monotonic()
@@ -234,7 +239,7 @@ class TailProber:
         key = ShardId(stream, shard)
         while True:
             if tip_arrival - window <= last_arrival:  # the window reached the page: read on from it
-                tip, after_tip, tip_at, _ = await self._read_to_tip(key, page.next_iterator)
+                tip, after_tip, tip_at, _, _ = await self._read_to_tip(key, page.next_iterator)
                 return tip, after_tip, tip_at
             # The iterator and its page wait for the shard's budget first (a probe's second
             # GetRecords often waits a second): the tip moved on meanwhile, and an estimate made
@@ -248,9 +253,15 @@ class TailProber:
             iterator = await self._kinesis.iterator(stream, shard, Position.at_timestamp(_utc(since)))
             looked, cold = cold, False
             limit, pages = (self._warm_limit(key), 1) if looked else (None, MAX_TIP_PAGES)
-            tip, after_tip, tip_at, reached = await self._read_to_tip(key, iterator, limit, pages)
+            tip, after_tip, tip_at, reached, behind = await self._read_to_tip(key, iterator, limit, pages)
             if tip is not None and (reached or not looked):
                 return tip, after_tip, tip_at
+            if tip is not None and behind <= LOOK_READ_ON_MS:
+                # The look stopped a few records short of a tip that is that close (a
+                # producer's batch arrives in one millisecond): the rest is read on from there,
+                # one call, not an empty moved window and a window after it.
+                more, after_more, more_at, _, _ = await self._read_to_tip(key, after_tip)
+                return (more, after_more, more_at) if more is not None else (tip, after_tip, tip_at)
             if tip is not None:
                 continue  # records arrived while it waited: the moved window next, as when warm
             shifted = shifted or looked  # nothing there: it stays where the page put the tip
@@ -312,23 +323,24 @@ class TailProber:
     def _lost(self, stream: str, shard: str, start: Position, landed: str | None) -> None:
         report_data_loss(stream, shard, start, landed, self.fail_on_data_loss)
 
-    async def _read_to_tip(self, key: ShardId, iterator: str | None, limit: int | None = None,
-                           pages: int = MAX_TIP_PAGES) -> tuple[str | None, str | None, float | None, bool]:
+    async def _read_to_tip(
+        self, key: ShardId, iterator: str | None, limit: int | None = None, pages: int = MAX_TIP_PAGES,
+    ) -> tuple[str | None, str | None, float | None, bool, int]:
         """Read pages of shard ``key`` (of ``limit`` records, at most ``pages`` of them) until
         the tip; return the last sequence number, the iterator after it, the last record's
-        arrival and whether the tip was reached."""
-        last, last_at = None, None
+        arrival, whether the tip was reached and the last page's ``MillisBehindLatest``."""
+        last, last_at, behind = None, None, 0
         limit = self._page_limit if limit is None else limit
         for _ in range(pages):
             if iterator is None:  # the shard ended
-                return last, iterator, last_at, True
+                return last, iterator, last_at, True, 0
             page = await self._kinesis.page(key.stream, key.shard, iterator, limit)
             if page.records:
                 last, last_at = page.records[-1]["SequenceNumber"], arrival_seconds(page.records[-1])
-            iterator = page.next_iterator
+            iterator, behind = page.next_iterator, page.behind_ms
             if page.caught_up(limit):
-                return last, iterator, last_at, True
-        return last, iterator, last_at, False
+                return last, iterator, last_at, True, behind
+        return last, iterator, last_at, False, behind
 
 
 async def probe_all(

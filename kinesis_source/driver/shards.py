@@ -44,6 +44,7 @@ class ShardState:
     # -- calls (``driver/budget.py``) --
     windows: dict[str, _Window] = field(default_factory=dict)  # by operation
     carried_whole: bool = False  # its last range went to the executor whole: no executor call
+    read_booked: bool = False  # an executor read was booked in its windows (none waits before)
     spent_ahead: dict[str, float] = field(default_factory=dict)  # calls a probe spent before making them
     # The executor read handed out and not yet reported: its range's end and its booked calls.
     booking: tuple[str, dict[str, list[float]]] | None = None

@@ -55,6 +55,13 @@ CARRY_BYTES = 64 * 1024
 CARRY_ROUND_BYTES = 4 << 20
 
 
+def warm_bytes(shards: int) -> int:
+    """About what a probe of one of ``shards`` tracked shards reads on from its last tip (or,
+    on a first look, at the estimated tip): ``CARRY_ROUND_BYTES`` over them all, within
+    ``WARM_READ_BYTES`` and ``CARRY_BYTES`` a shard."""
+    return max(WARM_READ_BYTES, min(CARRY_BYTES, CARRY_ROUND_BYTES // max(1, shards)))
+
+
 class TipTable:
     """The driver's per-shard tips (each shard's view, in its record), the background probes
     that refresh them and the executors' reports that spare those probes."""
@@ -157,8 +164,7 @@ class TipTable:
                 else:
                     fresh.append(key)
         if starts:
-            share = CARRY_ROUND_BYTES // len(starts)
-            self._prober.warm_bytes = max(WARM_READ_BYTES, min(CARRY_BYTES, share))
+            self._prober.warm_bytes = warm_bytes(len(starts))
             self.rounds.run_cap = run_cap(len(starts))
         return fresh
 

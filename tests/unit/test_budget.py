@@ -49,12 +49,19 @@ def test_shards_have_their_own_windows_and_the_driver_leaves_the_reserve():
     assert budget.free_at("a", GET_RECORDS, keep=0, now=0.5) == 0.5
 
 
+def read_once(budget: CallBudget, key: ShardId) -> None:
+    """An executor read of ``key`` booked long ago: from then on the driver keeps to its share
+    of the shard's windows."""
+    budget.book_read(key, False, time.monotonic() - 10.0)
+
+
 def test_paced_calls_on_one_shard_keep_to_the_driver_share():
     """Driver calls on one shard: one per second (half of 2/s), the rest left to executors;
     every GetRecords names its shard."""
     fake = FakeKinesis({"a": FakeShard(log_of(5)), "b": FakeShard(log_of(5))})
     budget = CallBudget({GET_RECORDS: 20.0, GET_SHARD_ITERATOR: 10.0})
     kinesis = PacedKinesis(AsyncFake(fake), budget)
+    read_once(budget, ShardId("s", "a"))
 
     async def run():
         it = await kinesis.iterator("s", "a", Position.trim_horizon())
@@ -70,7 +77,7 @@ def test_paced_calls_on_one_shard_keep_to_the_driver_share():
     loop.close()
     # 25 GetRecords at 10 driver calls/s on shard a: the last waits for the third window
     assert took >= 2.0
-    assert budget.spent[GET_RECORDS] == 25 and budget.spent[GET_SHARD_ITERATOR] == 2
+    assert budget.spent[GET_RECORDS] == 25 + 1 and budget.spent[GET_SHARD_ITERATOR] == 2  # (+ the read)
     assert isinstance(kinesis, AsyncKinesis)
 
 
@@ -181,7 +188,9 @@ def test_a_probe_that_waited_finds_the_tip_of_a_shard_nobody_writes_without_read
     the first estimate (the probe read all 5,000 records)."""
     shard = FakeShard(log_of(5000, start_time=time.time() - 60))
     fake = FakeKinesis({"a": shard})
-    kinesis = PacedKinesis(AsyncFake(fake), CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0}))
+    budget = CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0})
+    read_once(budget, ShardId("s", "a"))
+    kinesis = PacedKinesis(AsyncFake(fake), budget)
     prober = TailProber(kinesis, page_limit=10_000)
     prober.warm_bytes = 1  # a warm page of one record: the probe looks near the tip after it
     start = Position.after(shard.records[10][0])
@@ -277,12 +286,33 @@ def test_every_getrecords_of_a_probe_over_a_sparse_shard_is_paced_and_names_its_
     arn = "arn:aws:kinesis:us-east-1:123456789012:stream/s"
     kinesis = PacedKinesis(AsyncFake(fake), budget, arns={"s": arn})
     prober = TailProber(kinesis, page_limit=10000)
+    # a read of the shard was booked once, so the driver keeps to its share (before any, its
+    # first looks may take the whole window: test_a_shard_never_read_lends_the_driver_its_whole_window)
+    read_once(budget, ShardId("s", "a"))
     result = asyncio.run(prober.probe("s", "a", Position.trim_horizon()))
     log = fake.get_records_log
     assert result.tip in {s for s, _ in recs} and len(log) > 16
     assert [a for _, _, a in log if a != arn] == [], "every GetRecords names the stream by its ARN"
-    assert budget.spent[GET_RECORDS] == len(log), "every GetRecords spent its shard's budget"
+    assert budget.spent[GET_RECORDS] == len(log) + 1, "every GetRecords spent its shard's budget"
     times = [t for _, t, _ in log]
     # the driver's share is half of 20 calls a second (the rest is kept for executor reads)
     worst = max(sum(1 for u in times if t <= u < t + 1.0) for t in times)
     assert worst <= 10, f"{worst} GetRecords within one second"
+
+
+def test_a_shard_never_read_lends_the_driver_its_whole_window():
+    """Issue 51 item 4: until a read of a shard is booked, no read waits for its window, so the
+    driver's first looks (an AvailableNow target, LATEST, a first answer) may use all of it; once
+    one is booked the driver keeps half for the executors again, and every window holds at most
+    the budget."""
+    budget = CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0})
+    key = ShardId("s", "a")
+    assert budget.reserve(GET_RECORDS, key) == 0
+    now = time.monotonic()
+    budget.spend(key, GET_RECORDS, now=now)
+    assert budget.free_at(key, GET_RECORDS, budget.reserve(GET_RECORDS, key), now) == now
+    budget.spend(key, GET_RECORDS, now=now)
+    at, booked = budget.book_read(key, False, now)
+    assert at > now + 1.0, "the read's call waits until the window has room"
+    assert budget.reserve(GET_RECORDS, key) == 1
+    assert budget.free_at(key, GET_RECORDS, budget.reserve(GET_RECORDS, key), now) > at

@@ -199,6 +199,8 @@ def test_carried_records_cross_the_wire_as_getrecords_gives_them():
 
 def test_only_a_shard_whose_ranges_are_carried_whole_lets_probes_spend_the_executors_share():
     budget = CallBudget({GET_RECORDS: 2.0})
+    for key in (A, ShardId("s", "b")):
+        budget.shards.state(key).read_booked = True  # (as book_read sets it: before, no reserve)
     assert budget.reserve(GET_RECORDS, A) == 1
     budget.shards.state(A).carried_whole = True  # (as TipTable.carry sets it)
     assert budget.reserve(GET_RECORDS, A) == 0 and budget.reserve(GET_RECORDS, ShardId("s", "b")) == 1
