@@ -7,9 +7,9 @@ it as they are made (:class:`PacedKinesis`), and each executor read is charged w
 planned (the executor paces its further pages itself, see ``executor/polling.py``).
 
 A budget of ``r`` calls a second is kept as "at most ``n`` calls in any ``n / r`` seconds"
-(``n`` = ``ceil(r)``, plus ``ARRIVAL_MARGIN_S`` for the way to the server), so every longer
-window also holds at most ``r`` calls a second, which is how Kinesis and the acceptance figures
-count.
+(``n`` = ``ceil(r)`` and at least 2, plus ``ARRIVAL_MARGIN_S`` for the way to the server), so
+every longer window also holds at most ``r`` calls a second, which is how Kinesis and the
+acceptance figures count.
 
 Bytes have their budget too (:class:`ByteBudget`, one ``read_rate.ShardBytes`` model per shard):
 the driver's probes spend from it and fit their ``Limit`` to it, each executor read starts
@@ -43,13 +43,18 @@ PROBE_WANT_S = 1.0
 # A call that ``PacedKinesis.ready`` spent ahead is made at once; if it was not (the probe
 # failed first), the next call after this long paces again.
 BOOKED_TTL_S = 1.0
+# A window holds at least two calls: a budget of 1 a second is "2 in any 2 seconds", so that a
+# first look at a shard (its start's iterator, then one at the estimated tip) costs no second
+# of waiting, while every window of 2 s or more still holds at most the rate (and any second at
+# most 2 of the 5 Kinesis allows).
+MIN_BURST = 2
 
 
 class _Window:
     """At most ``n`` events in any ``span`` seconds."""
 
     def __init__(self, rate: float) -> None:
-        self.n = max(1, math.ceil(rate))
+        self.n = max(MIN_BURST, math.ceil(rate))
         self.span = self.n / rate + ARRIVAL_MARGIN_S
         self.times: list[float] = []  # sorted; an executor read may be booked ahead of now
 
@@ -107,10 +112,12 @@ class CallBudget:
             state = self.shards.get(key)
             if state is None or state.carried_whole or not state.read_booked:
                 return 0
-        return self._window_size(op) // 2
+        # half of a second's calls (none of a budget of 1 a second: its two-call window is
+        # only a burst, driver and executors share it as they come)
+        return max(1, math.ceil(self.rates[op])) // 2
 
     def _window_size(self, op: str) -> int:
-        return max(1, math.ceil(self.rates[op]))
+        return max(MIN_BURST, math.ceil(self.rates[op]))
 
     def _found(self, key: Hashable, op: str) -> _Window | None:
         state = self.shards.get(key)

@@ -31,12 +31,28 @@ def test_a_rate_holds_in_every_window_longer_than_a_second():
     assert all(sum(1 for m in made if s <= m < s + 1.0) <= 2 for s in made)
 
 
-def test_a_fractional_rate_spreads_single_calls():
+def test_a_rate_below_two_keeps_a_burst_of_two_and_its_average():
+    """0.5 a second is "2 calls in any 4 s": two calls at once (a first look's two iterators),
+    then the third waits until the first is 4 s old, so every window of 4 s or more holds at
+    most the rate; 1 a second lets 2 go at once and 20 in any 20 s."""
     budget = CallBudget({GET_SHARD_ITERATOR: 0.5})
     budget.spend("a", GET_SHARD_ITERATOR, 1, 100.0)
-    assert budget.free_at("a", GET_SHARD_ITERATOR, 0, 100.5) == 102.0 + M
-    assert budget.room("a", GET_SHARD_ITERATOR, 102.0) == 0  # the margin for the way to the server
-    assert budget.room("a", GET_SHARD_ITERATOR, 102.0 + M) == 1
+    assert budget.free_at("a", GET_SHARD_ITERATOR, 0, 100.5) == 100.5
+    budget.spend("a", GET_SHARD_ITERATOR, 1, 100.5)
+    assert budget.free_at("a", GET_SHARD_ITERATOR, 0, 100.5) == 104.0 + M
+    assert budget.room("a", GET_SHARD_ITERATOR, 104.0) == 0  # the margin for the way to the server
+    assert budget.room("a", GET_SHARD_ITERATOR, 104.0 + M) == 1
+    budget = CallBudget({GET_SHARD_ITERATOR: 1.0})
+    made = []
+    t = 0.0
+    while t < 20.0:
+        if budget.room("a", GET_SHARD_ITERATOR, t) > 0:
+            budget.spend("a", GET_SHARD_ITERATOR, 1, t)
+            made.append(t)
+        t += 0.01
+    assert made[1] - made[0] < 0.05 and len(made) <= 20
+    assert all(sum(1 for m in made if s <= m < s + 1.0) <= 2 for s in made)
+    assert all(sum(1 for m in made if s <= m < s + 10.0) <= 10 for s in made)
 
 
 def test_shards_have_their_own_windows_and_the_driver_leaves_the_reserve():
@@ -83,17 +99,17 @@ def test_paced_calls_on_one_shard_keep_to_the_driver_share():
 
 def test_a_read_that_started_late_moves_its_booking_to_when_it_called():
     """An executor read booked at t=0 called at t=0.4 (its task started late): once its
-    actual time replaces the booking, the next call of a 1-a-second budget fits at 1.4, not 1.0
-    (where it would make two calls 0.6 s apart)."""
-    budget = CallBudget({GET_RECORDS: 1.0, GET_SHARD_ITERATOR: 1.0})
+    actual time replaces the booking, a driver call that leaves the read's share of a
+    2-a-second budget fits at 1.4, not 1.0 (where the window would hold two calls 0.6 s apart)."""
+    budget = CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0})
     at, booked = budget.book_read("s", False, now=100.0)
     assert at == 100.0 and booked == {GET_RECORDS: [100.0]}
-    assert budget.free_at("s", GET_RECORDS, now=100.0) == 101.0 + M
+    assert budget.free_at("s", GET_RECORDS, keep=1, now=100.0) == 101.0 + M
     budget.settle("s", GET_RECORDS, booked[GET_RECORDS], [100.4])
-    assert budget.free_at("s", GET_RECORDS, now=100.0) == 101.4 + M
+    assert budget.free_at("s", GET_RECORDS, keep=1, now=100.0) == 101.4 + M
     # a read that also paged on: both calls count, the second never booked
     budget.settle("s", GET_RECORDS, [], [101.5])
-    assert budget.free_at("s", GET_RECORDS, now=101.5) == 102.5 + M
+    assert budget.free_at("s", GET_RECORDS, keep=1, now=101.5) == 102.5 + M
 
 
 def test_a_throttled_probe_is_tried_again_after_the_byte_models_wait():
@@ -212,7 +228,9 @@ def test_a_first_probe_finds_the_tip_of_a_backlog_nobody_writes_to_in_its_second
     look (3 GetShardIterator)."""
     shard = FakeShard(log_of(5000, start_time=time.time() - 60))
     fake = FakeKinesis({"a": shard})
-    kinesis = PacedKinesis(AsyncFake(fake), CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0}))
+    budget = CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0})
+    read_once(budget, ShardId("s", "a"))  # (no wait before any read: the scenario is a later look)
+    kinesis = PacedKinesis(AsyncFake(fake), budget)
     prober = TailProber(kinesis, page_limit=10_000)
     result = asyncio.run(prober.probe("s", "a", Position.trim_horizon()))
     assert kinesis.waited_s >= 0.5, f"the probe waited {kinesis.waited_s:.2f} s: the scenario did not happen"
@@ -228,7 +246,9 @@ def test_a_first_probe_of_a_busy_shard_reads_a_warm_page_then_near_the_tip():
     the executors read anyway."""
     shard = FakeShard([])
     fake = FakeKinesis({"a": shard})
-    kinesis = PacedKinesis(AsyncFake(fake), CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0}))
+    budget = CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0})
+    read_once(budget, ShardId("s", "a"))  # (no wait before any read: the scenario is a later look)
+    kinesis = PacedKinesis(AsyncFake(fake), budget)
     prober = TailProber(kinesis, page_limit=10_000)
     prober.warm_bytes = 10 * 10  # a warm page of ten records (of "d<seq>", 10 bytes each)
 
@@ -316,3 +336,24 @@ def test_a_shard_never_read_lends_the_driver_its_whole_window():
     assert at > now + 1.0, "the read's call waits until the window has room"
     assert budget.reserve(GET_RECORDS, key) == 1
     assert budget.free_at(key, GET_RECORDS, budget.reserve(GET_RECORDS, key), now) > at
+
+
+def test_a_first_look_at_a_shard_no_read_waits_for_finds_its_tip_without_waiting():
+    """Issue 51 item 4: a query's first look at a backlog (its start's iterator and first
+    record, then an iterator and a page at the estimated tip) at the default budget: before,
+    the second GetShardIterator and GetRecords waited a second for the windows (an AvailableNow
+    target, LATEST and every first answer took that second); now the 1-a-second iterator budget
+    holds a burst of two and no read of the shard waits for the GetRecords window, so the tip is
+    found at once, within the budgets."""
+    shard = FakeShard(log_of(5000, start_time=time.time() - 60))
+    fake = FakeKinesis({"a": shard})
+    budget = CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0})
+    kinesis = PacedKinesis(AsyncFake(fake), budget)
+    prober = TailProber(kinesis, page_limit=10_000)
+    result = asyncio.run(prober.probe("s", "a", Position.trim_horizon()))
+    assert result.tip == shard.records[-1][0]
+    assert kinesis.waited_s < 0.2, kinesis.waited_s
+    assert fake.calls.count("GetShardIterator") == 2 and budget.spent[GET_RECORDS] <= 2
+    # the executor read booked next waits for the GetRecords window the look used
+    at, _ = budget.book_read(ShardId("s", "a"), False, time.monotonic())
+    assert at > time.monotonic() + 0.5
