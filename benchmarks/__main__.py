@@ -4,12 +4,13 @@
     .venv/bin/python -m benchmarks [--quick] [--only <suite>,...]
 
 (suites: read_path, kpl, commit, planning, memory, e2e, e2e_canned, overhead, quota, tasks,
-overread, catchup, latency, latency_cluster, sink, cost)
+overread, catchup, backlog_start, latency, latency_cluster, sink, cost)
 
 ``--quick`` runs smoke sizes (a minute or few, to check the suite works); without it the sizes are
 those published. One moto server and one Spark session serve the whole run (``e2e_canned`` starts
 its own canned Kinesis server and keeps only DynamoDB on moto; ``quota`` puts a quota-enforcing
-proxy in front of moto's Kinesis, as do ``tasks``, ``overread``, ``catchup`` and ``sink``).
+proxy in front of moto's Kinesis, as do ``e2e``, ``e2e_canned``, ``tasks``, ``overread``,
+``catchup``, ``backlog_start`` and ``sink``).
 
 A run's results file holds what that run measured, nothing else: ``<date>[-quick].json``, or
 ``<date>[-quick]-<suite>+<suite>.json`` for ``--only``. The doc's generated part shows a full-size
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import (
+    backlog_start,
     catchup,
     commit,
     cost,
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
         _run("kpl", lambda: kpl.run_suite(q), results)
     if "memory" in only:
         _run("memory", lambda: memory.run_suite(q), results)
-    spark_suites = {"e2e", "e2e_canned", "overhead", "quota", "tasks", "overread", "catchup", "latency", "sink"}
+    spark_suites = {"e2e", "e2e_canned", "overhead", "quota", "tasks", "overread", "catchup", "backlog_start",
+                    "latency", "sink"}
     if only & ({"commit", "cost", "planning", "latency_cluster"} | spark_suites):
         from kinesis_source.tools.local import LocalEndpoint
 
@@ -130,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
                         _run("overread", lambda: overread.run_suite(spark, ep.url, q), results)
                     if "catchup" in only:
                         _run("catchup", lambda: catchup.run_suite(spark, ep.url, q), results)
+                    if "backlog_start" in only:
+                        _run("backlog_start", lambda: backlog_start.run_suite(spark, ep.url, q), results)
                     if "latency" in only:
                         _run("latency", lambda: latency.run_suite(spark, ep.url, q), results)
                     if "sink" in only:

@@ -73,7 +73,9 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from benchmarks import raw_loop
 from benchmarks.canned import CannedKinesisServer, StreamSpec
+from benchmarks.client_cpu import ClientCpu
 from benchmarks.common import (
     PUT_BATCH,
     REGION,
@@ -89,6 +91,7 @@ from tests.support.proxy import THROTTLED, Seen
 from tests.support.quota import WINDOW_S, QuotaProxy
 
 MIB = 1024 * 1024
+GIB = float(1 << 30)
 SHARD_BYTES_PER_S = 2 * MIB
 BURST_BYTES = 10 * MIB
 RECORD_BYTES = 1000
@@ -338,6 +341,28 @@ def _shard_figures(proxy: MeteredProxy, shard: str, backlog: int, started: float
     }
 
 
+def cpu_bound(cpu: CpuSampler, proxy: MeteredProxy, rows: int) -> dict[str, Any]:
+    """How close the executors' read ran to what the machine's CPU allows (issue 51 item 3):
+    over the window from the executors' first data call to their last (every shard), the cores
+    the client used (Spark's JVM and its Python processes) and the cores left to it (the
+    machine's less what the servers used: moto or the canned server, the quota proxy's threads
+    in the benchmark's process). The client's records/s per core times the cores left is what
+    the CPU allows; the ratio is client cores / cores left."""
+    execs = [a.call.at for a in proxy.data_calls(SOURCE_KEY) if a.call.client == "sync"]
+    if len(execs) < 2:
+        return {}
+    start, end = min(execs), max(execs)
+    kinds = cpu.cores_by_kind(start, end)
+    client = kinds.get("java", 0.0) + kinds.get("spark-python", 0.0)
+    servers = sum(v for k, v in kinds.items() if k not in ("java", "spark-python"))
+    cores = os.cpu_count() or 1
+    left = max(0.01, cores - servers)
+    rps = rows / (end - start)
+    return {"window_s": end - start, "records_per_s": rps, "client_cores": client, "server_cores": servers,
+            "cores": cores, "cores_left": left, "allowed_records_per_s": rps / client * left if client else None,
+            "ratio": client / left, "by_kind": kinds}
+
+
 def catch_up(spark: Any, url: str, shards: int, per_shard: int, backend: str = "moto") -> dict[str, Any]:
     """One ``Trigger.AvailableNow`` run over a backlog of ``per_shard`` records per shard, on
     moto (written with ``PutRecords`` first) or on the canned server (``backend="canned"``: the
@@ -357,7 +382,7 @@ def catch_up(spark: Any, url: str, shards: int, per_shard: int, backend: str = "
         proxy = stack.enter_context(MeteredProxy(kinesis_url))
         cpu = stack.enter_context(CpuSampler())
         started = time.monotonic()
-        with _query(spark, _options(proxy, url, stream), available_now=True) as query:
+        with ClientCpu().window() as used, _query(spark, _options(proxy, url, stream), available_now=True) as query:
             if not query.awaitTermination(CATCHUP_TIMEOUT_S):
                 raise TimeoutError(f"AvailableNow over {shards} shard(s): not done in {CATCHUP_TIMEOUT_S:.0f} s")
             if query.exception() is not None:
@@ -368,7 +393,18 @@ def catch_up(spark: Any, url: str, shards: int, per_shard: int, backend: str = "
         per = [_shard_figures(proxy, shard, backlog[shard], started, cpu) for shard in shard_ids]
         worst = min(per, key=lambda p: p["read_ratio"])
         refused = proxy.refusal_counts(SOURCE_KEY)
+        bound = cpu_bound(cpu, proxy, rows)
+        data_gib = per_shard * shards * RECORD_BYTES / GIB
+        with MeteredProxy(kinesis_url) as raw_proxy:
+            raw = raw_loop.run(raw_proxy.url, stream, dict.fromkeys(shard_ids, per_shard))
+            raw_refused = raw_proxy.refused()
+        floor = raw_loop.decode_floor(raw_loop.raw_pages(kinesis_url, stream, dict.fromkeys(shard_ids, per_shard)), 1)
         return {
+            "cpu_bound": bound,
+            "client_cpu_s": used[0].total,
+            "cpu_s_per_gib": used[0].total / data_gib,
+            "raw_loop": {**raw, "refused": raw_refused, "cpu_s_per_gib": raw["cpu_seconds"] / data_gib},
+            "floor_cpu_s_per_gib": floor["cpu_seconds"] / (floor["data_bytes"] / GIB),
             "backend": backend,
             "shards": shards,
             "records_per_shard": per_shard,
@@ -566,6 +602,14 @@ def _print_catch_up(r: dict[str, Any]) -> None:
           f"{r['records_written']:,}; machine busy {w.get('machine_busy') or 0:.0%} (the busiest second "
           f"{w.get('machine_busy_peak') or 0:.0%}), busiest process "
           f"{w.get('busiest_process')}", flush=True)
+    b = r.get("cpu_bound") or {}
+    if b:
+        print(f"    CPU: client {b['client_cores']:.2f} of {b['cores_left']:.2f} cores left by the servers "
+              f"({b['ratio']:.2f}); {b['records_per_s']:,.0f} rec/s, the CPU allows "
+              f"{b['allowed_records_per_s'] or 0:,.0f}; "
+              f"client CPU s per GiB {r['cpu_s_per_gib']:.1f} vs raw loop {r['raw_loop']['cpu_s_per_gib']:.1f} "
+              f"(refused {r['raw_loop']['refused']}, {r['raw_loop']['seconds']:.1f} s), floor "
+              f"{r['floor_cpu_s_per_gib']:.1f}; {b['by_kind']}", flush=True)
 
 
 def _print_neighbour(r: dict[str, Any]) -> None:

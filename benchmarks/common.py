@@ -270,6 +270,23 @@ class CpuSampler:
                 peaks.append((later[0][1] - busy0) / (later[0][2] - total0))
         return max(peaks) if peaks else None
 
+    def cores_by_kind(self, start: float, end: float) -> dict[str, float]:
+        """Cores each kind of process (``java``, ``spark-python``, ``moto``, ``benchmark``,
+        ``python``) used on average from ``start`` to ``end`` (monotonic), between the samples
+        nearest them; empty without two samples there."""
+        inside = self._around(self.processes, start, end)
+        if len(inside) < 2:
+            return {}
+        (_, first), (_, last) = inside[0], inside[-1]
+        out: dict[str, float] = {}
+        for key, (at, ticks) in last.items():
+            before = first.get(key)
+            # a process started inside the window counts from its start (0 ticks then)
+            t0, ticks0 = before if before is not None else (inside[0][0], 0.0)
+            if at > t0:
+                out[key[1]] = out.get(key[1], 0.0) + (ticks - ticks0) / _TICK / (at - t0)
+        return out
+
     def busiest(self, start: float, end: float) -> tuple[str, float] | None:
         """The process that used the most CPU from ``start`` to ``end`` (monotonic): what it is
         and how many cores it used on average (a Python process's one thread at a time holds

@@ -5,7 +5,10 @@ the driver, the approach blog posts show. ``format("kinesis-naive")`` after
 Each ``read(start)`` opens an iterator after each shard's last position and reads it with boto3
 to its tip, one shard after another, returning every record as a row and the new positions.
 Spark then ships the rows from the driver's Python helper to the JVM; nothing runs on executors.
-Options: ``streamName``, ``endpointUrl``, ``region`` (credentials from the environment).
+Options: ``streamName``, ``endpointUrl``, ``region``, ``accessKeyId`` (credentials from the
+environment, this key id if given: a quota proxy tells callers apart by it). botocore's standard
+retry mode retries a refused call after its backoff (``max_attempts`` raised so that no read
+gives up), as for the raw loop.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 from kinesis_source.executor.arrow import SCHEMA_DDL
 
 PAGE_LIMIT = 10000
+MAX_ATTEMPTS = 50
 
 
 class NaiveKinesisDataSource(DataSource):
@@ -45,14 +49,23 @@ class NaiveKinesisReader(SimpleDataSourceStreamReader):
         self._stream = lower["streamname"]
         self._endpoint = lower.get("endpointurl")
         self._region = lower.get("region", "us-east-1")
+        self._key = lower.get("accesskeyid")
         self._client: Any = None
 
     def _kinesis(self) -> Any:
         if self._client is None:
-            import boto3
+            import os
 
+            import boto3
+            from botocore.config import Config
+
+            creds = {}
+            if self._key:
+                creds = {"aws_access_key_id": self._key,
+                         "aws_secret_access_key": os.environ.get("AWS_SECRET_ACCESS_KEY", "naive")}
             self._client = boto3.client(
-                "kinesis", endpoint_url=self._endpoint, region_name=self._region
+                "kinesis", endpoint_url=self._endpoint, region_name=self._region, **creds,
+                config=Config(retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS}),
             )
         return self._client
 
