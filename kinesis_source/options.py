@@ -116,7 +116,8 @@ class SourceOptions(ConnectionOptions):
         "Most `GetRecords` calls this query makes per shard and second, driver probes and "
         "executor reads together (Kinesis allows 5, shared by every application reading the "
         "shard: the default leaves 3 to the others). Half of it is kept for executor reads, "
-        "except on shards whose ranges the driver carries whole (it read their records already). "
+        "except on shards whose ranges the driver carries whole (it read their records already) "
+        "and on shards no read was booked on yet (nothing waits for it). "
         "See docs/operations.md for the arithmetic.",
         float_in(0, 5),
     )

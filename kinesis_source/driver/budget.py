@@ -7,9 +7,10 @@ it as they are made (:class:`PacedKinesis`), and each executor read is charged w
 planned (the executor paces its further pages itself, see ``executor/polling.py``).
 
 A budget of ``r`` calls a second is kept as "at most ``n`` calls in any ``n / r`` seconds"
-(``n`` = ``ceil(r)`` and at least 2, plus ``ARRIVAL_MARGIN_S`` for the way to the server), so
-every longer window also holds at most ``r`` calls a second, which is how Kinesis and the
-acceptance figures count.
+(``n`` = ``ceil(r)``, at least 2 from 1 a second, plus ``ARRIVAL_MARGIN_S`` for the way to the
+server), so a window of ``W`` seconds holds at most ``n`` calls per started ``n / r`` seconds:
+for whole rates, any 10 s hold at most ``10 r``, which is how the acceptance figures count, and
+any second at most ``max(2, r)`` of Kinesis' 5.
 
 Bytes have their budget too (:class:`ByteBudget`, one ``read_rate.ShardBytes`` model per shard):
 the driver's probes spend from it and fit their ``Limit`` to it, each executor read starts
@@ -43,10 +44,11 @@ PROBE_WANT_S = 1.0
 # A call that ``PacedKinesis.ready`` spent ahead is made at once; if it was not (the probe
 # failed first), the next call after this long paces again.
 BOOKED_TTL_S = 1.0
-# A window holds at least two calls: a budget of 1 a second is "2 in any 2 seconds", so that a
-# first look at a shard (its start's iterator, then one at the estimated tip) costs no second
-# of waiting, while every window of 2 s or more still holds at most the rate (and any second at
-# most 2 of the 5 Kinesis allows).
+# A budget of 1 call a second or more holds at least two calls a window: 1 a second is "2 in
+# any 2 seconds", so that a first look at a shard (its start's iterator, then one at the
+# estimated tip) costs no second of waiting, and any second holds at most 2 of the 5 Kinesis
+# allows. (Below 1 a second a window keeps one call: two would let a 10 s window hold more than
+# the rate.)
 MIN_BURST = 2
 
 
@@ -54,7 +56,7 @@ class _Window:
     """At most ``n`` events in any ``span`` seconds."""
 
     def __init__(self, rate: float) -> None:
-        self.n = max(MIN_BURST, math.ceil(rate))
+        self.n = max(MIN_BURST if rate >= 1 else 1, math.ceil(rate))
         self.span = self.n / rate + ARRIVAL_MARGIN_S
         self.times: list[float] = []  # sorted; an executor read may be booked ahead of now
 
@@ -78,7 +80,9 @@ class _Window:
             over = len(inside) + keep + 1 - self.n
             if over <= 0:
                 return at
-            at = inside[over - 1] + self.span
+            # (strictly later: in floats (t + span) - span can come out below t, and the same
+            # event would stay inside for ever)
+            at = max(inside[over - 1] + self.span, math.nextafter(at, math.inf))
 
 
 class CallBudget:
@@ -275,10 +279,10 @@ class PacedKinesis(AsyncKinesis):
             # :meth:`ready` waited for this call and spent it: now is when it is made
             self.budget.settle(key, op, [booked], [now])
             return
-        keep = self.budget.reserve(op, key)
         while True:  # several probes of one shard may wait for the same window
             now = time.monotonic()
-            at = self.budget.free_at(key, op, keep, now)
+            # (asked each time: a read booked while this call waited takes its share back)
+            at = self.budget.free_at(key, op, self.budget.reserve(op, key), now)
             if at <= now:
                 self.budget.spend(key, op, 1, now)
                 return

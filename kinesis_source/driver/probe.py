@@ -228,9 +228,9 @@ class TailProber:
         shard is being written to: the first look at it) first looks where ``page`` put the tip,
         reading at most a warm page there: a backlog nobody writes to is found in that call
         (or, when the page stopped inside the last burst of records, ``LOOK_READ_ON_MS`` or
-        less behind, in the next, read on from it) instead of after an empty moved window (a
-        whole second at the default budget), and on a busy shard the moved window comes next,
-        as it would have."""
+        less behind, in one more warm page read on from it) instead of after an empty moved
+        window, and on a busy shard (or past that page) the moved window comes next, as it
+        would have."""
         last_arrival = arrival_seconds(page.records[-1])
         tip_arrival = last_arrival + page.behind_ms / 1000.0
         seen = time.monotonic()
@@ -258,10 +258,14 @@ class TailProber:
                 return tip, after_tip, tip_at
             if tip is not None and behind <= LOOK_READ_ON_MS:
                 # The look stopped a few records short of a tip that is that close (a
-                # producer's batch arrives in one millisecond): the rest is read on from there,
-                # one call, not an empty moved window and a window after it.
-                more, after_more, more_at, _, _ = await self._read_to_tip(key, after_tip)
-                return (more, after_more, more_at) if more is not None else (tip, after_tip, tip_at)
+                # producer's batch arrives in one millisecond): one more warm page, read on from
+                # there, not an empty moved window and a window after it. (One page only: on a
+                # busy shard it may wait for the budget while records arrive; short of the tip,
+                # the moved window comes next.)
+                more, after_more, more_at, reached, _ = await self._read_to_tip(
+                    key, after_tip, self._warm_limit(key), 1)
+                if reached:
+                    return (more, after_more, more_at) if more is not None else (tip, after_tip, tip_at)
             if tip is not None:
                 continue  # records arrived while it waited: the moved window next, as when warm
             shifted = shifted or looked  # nothing there: it stays where the page put the tip
