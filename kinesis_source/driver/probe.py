@@ -61,7 +61,7 @@ WINDOW_GROWTH = 8
 # that long).
 MOVED_WINDOW_S = 0.2
 MOVED_MIN_S = 0.05  # a shorter wait moves nothing: the window is placed as the first page says
-# A cold look that stopped this close behind the tip (MillisBehindLatest) reads on to it: nothing
+# A cold look that stopped this close behind the tip (MillisBehindLatest) reads one more warm page: nothing
 # to speak of arrived while it waited, it only stopped inside the last burst of records.
 LOOK_READ_ON_MS = 200
 # Empty pages followed (while behind) before the check gives up until the next probe: real

@@ -307,7 +307,7 @@ def test_with_the_report_port_blocked_a_link_cut_and_a_worker_cut_off_from_kines
         # with excludeOnFailure (docs/reliability.md says so). The slow transformation keeps
         # tasks running for a while, so the link goes while one runs.
         run = DriverRun(setup, setup.options(stream, tipReportHost=listener, maxRetries="5"), len(sent),
-                        tmp_path / "ck", "--produce", "20", "--slow-ms", "2",
+                        tmp_path / "ck", "--produce", "20", "--slow-ms", "10",
                         "--conf", "spark.excludeOnFailure.enabled=true")
         run.wait_rows(len(sent))
         cut = w1
