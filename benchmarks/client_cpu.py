@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+from benchmarks.common import _TICK  # /proc's CPU ticks a second
 
 
 def _stat(pid: int) -> tuple[int, str, float] | None:
