@@ -19,38 +19,22 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
-from benchmarks.common import _TICK  # /proc's CPU ticks a second
-
-
-def _stat(pid: int) -> tuple[int, str, float] | None:
-    """(parent pid, program, CPU seconds of the process and its reaped children) of ``pid``."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-    except OSError:
-        return None
-    fields = text.rsplit(")", 1)[1].split()
-    ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-    return int(fields[1]), os.path.basename(cmd), ticks / _TICK
+from benchmarks.common import _TICK, proc_stats  # _TICK: /proc's CPU ticks a second
 
 
 def tree_cpu(root: int) -> dict[int, tuple[str, float]]:
     """Every process under ``root`` (itself included): program and CPU seconds so far."""
-    stats = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        found = _stat(int(entry.name))
-        if found is not None:
-            stats[int(entry.name)] = found
+    stats = {found.pid: found for found in proc_stats()}
     kids: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in stats.items():
-        kids.setdefault(ppid, []).append(pid)
+    for found in stats.values():
+        kids.setdefault(found.ppid, []).append(found.pid)
     out, todo = {}, [root]
     while todo:
         pid = todo.pop()
         if pid in stats:
-            out[pid] = (stats[pid][1], stats[pid][2])
+            found = stats[pid]
+            out[pid] = (found.program, (found.ticks + found.reaped_ticks) / _TICK)
             todo += kids.get(pid, [])
     return out
 
@@ -58,11 +42,7 @@ def tree_cpu(root: int) -> dict[int, tuple[str, float]]:
 def spark_jvm_pid() -> int | None:
     """The pid of the JVM PySpark started for this process (a child whose program is java)."""
     me = os.getpid()
-    for entry in Path("/proc").glob("[0-9]*"):
-        found = _stat(int(entry.name))
-        if found is not None and found[0] == me and found[1] == "java":
-            return int(entry.name)
-    return None
+    return next((f.pid for f in proc_stats() if f.ppid == me and f.program == "java"), None)
 
 
 @dataclass(frozen=True)

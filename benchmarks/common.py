@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -175,16 +176,47 @@ def server_cpu_seconds(marker: str = "moto.server") -> float:
     return sum(ticks for _, cmd, ticks in _processes() if marker.encode() in cmd) / _TICK
 
 
+@dataclass(frozen=True)
+class ProcStat:
+    """What ``/proc/<pid>`` says of a process: its parent, command line and CPU ticks."""
+
+    pid: int
+    ppid: int
+    cmd: bytes  # the command line, arguments separated by NUL
+    ticks: int  # CPU ticks of its own so far: user and system
+    reaped_ticks: int  # CPU ticks of the children it waited for: user and system
+
+    @property
+    def program(self) -> str:
+        """The base name of the program it runs (``java``, ``python3``...)."""
+        return os.path.basename(self.cmd.split(b"\0")[0].decode(errors="replace"))
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """``pid``'s :class:`ProcStat` (None: gone, or no ``/proc``)."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # after the name: state, ppid, ... utime (12th), stime, cutime, cstime
+    return ProcStat(pid, int(fields[1]), cmd, int(fields[11]) + int(fields[12]),
+                    int(fields[13]) + int(fields[14]))
+
+
+def proc_stats() -> Iterator[ProcStat]:
+    """:class:`ProcStat` of every process readable in ``/proc`` (none elsewhere)."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        found = proc_stat(int(proc.name))
+        if found is not None:  # (else gone meanwhile)
+            yield found
+
+
 def _processes() -> Iterator[tuple[int, bytes, int]]:
     """(pid, command line, CPU ticks used so far: user and system) of every process readable in
     ``/proc`` (none elsewhere)."""
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            cmd = (proc / "cmdline").read_bytes()
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        yield int(proc.name), cmd, int(fields[11]) + int(fields[12])
+    for found in proc_stats():
+        yield found.pid, found.cmd, found.ticks
 
 
 def machine_cpu() -> tuple[float, float] | None:

@@ -238,6 +238,29 @@ def test_a_first_probe_finds_the_tip_of_a_backlog_nobody_writes_to_in_its_second
     assert kinesis.records_fetched <= 20, kinesis.records_fetched
 
 
+def test_a_first_look_that_stops_inside_the_last_batch_reads_on_one_warm_page():
+    """A backlog's last ``PutRecords`` batch arrives in one millisecond: a look at the tip's
+    arrival starts at the batch's first record, and a warm page may stop inside it, a few
+    records short of the tip (``MillisBehindLatest`` 0, a full page). The probe reads on one
+    more warm page from there and finds the tip: 2 GetShardIterator, 3 GetRecords. Mutant
+    caught: no read-on (the moved window after it costs a third GetShardIterator)."""
+    records = log_of(2000, start_time=time.time() - 60)
+    batch_at = records[-1][1]
+    records[-15:] = [(seq, batch_at) for seq, _ in records[-15:]]  # one batch of 15 records
+    shard = FakeShard(records)
+    fake = FakeKinesis({"a": shard})
+    budget = CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0})
+    kinesis = PacedKinesis(AsyncFake(fake), budget)
+    prober = TailProber(kinesis, page_limit=10_000)
+    prober.warm_bytes = 10 * 12  # a warm page of ten records (of "d<seq>", about 12 bytes each)
+    result = asyncio.run(prober.probe("s", "a", Position.trim_horizon()))
+    assert result.tip == shard.records[-1][0]
+    assert fake.calls.count("GetShardIterator") == 2, fake.calls
+    assert fake.limits[1] < 15, f"the look's page ({fake.limits}) must stop inside the batch"
+    assert fake.calls.count("GetRecords") == 3, fake.calls
+    assert kinesis.records_fetched <= 1 + 2 * fake.limits[1], kinesis.records_fetched
+
+
 def test_a_first_probe_of_a_busy_shard_reads_a_warm_page_then_near_the_tip():
     """The other side: on a first look at a shard written to all the while, the page where the
     first page put the tip holds more than a warm page (what arrived during the wait), so the
