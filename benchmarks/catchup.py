@@ -73,7 +73,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from benchmarks import raw_loop
+from benchmarks import raw_loop, spark_env
 from benchmarks.canned import CannedKinesisServer, StreamSpec
 from benchmarks.client_cpu import ClientCpu
 from benchmarks.common import (
@@ -399,11 +399,17 @@ def catch_up(spark: Any, url: str, shards: int, per_shard: int, backend: str = "
             raw = raw_loop.run(raw_proxy.url, stream, dict.fromkeys(shard_ids, per_shard))
             raw_refused = raw_proxy.refused()
         floor = raw_loop.decode_floor(raw_loop.raw_pages(kinesis_url, stream, dict.fromkeys(shard_ids, per_shard)), 1)
+        with ClientCpu().window() as api:  # what the Python data source API costs one query
+            spark_env.one_batch(spark, "python-floor", {"numPartitions": str(shards)})
         return {
             "cpu_bound": bound,
             "client_cpu_s": used[0].total,
             "cpu_s_per_gib": used[0].total / data_gib,
-            "raw_loop": {**raw, "refused": raw_refused, "cpu_s_per_gib": raw["cpu_seconds"] / data_gib},
+            "api_query_cpu_s": api[0].total,
+            "net_cpu_s_per_gib": (used[0].total - api[0].total) / data_gib,
+            # the raw loop's whole process (its start and client included), and its reading alone
+            "raw_loop": {**raw, "refused": raw_refused, "cpu_s_per_gib": raw["process_cpu_seconds"] / data_gib,
+                         "loop_cpu_s_per_gib": raw["cpu_seconds"] / data_gib},
             "floor_cpu_s_per_gib": floor["cpu_seconds"] / (floor["data_bytes"] / GIB),
             "backend": backend,
             "shards": shards,

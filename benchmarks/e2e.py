@@ -15,9 +15,14 @@ Backlogs under quotas are ``QUOTA_PER_SHARD`` records a shard (1 KB records beyo
 from the server (the reference before issue 51).
 
 Each turn's client CPU is counted from ``/proc`` (``benchmarks/client_cpu.py``: Spark's JVM, its
-Python processes and the thread driving the query; the raw loop's own process) per GiB of record
-data delivered, beside a floor: the same pages parsed with ``json`` and their data decoded with
-``base64`` on one core, nothing else (``raw_loop.decode_floor``).
+Python processes and the thread driving the query, from ``start()`` to the last row; the raw
+loop's whole process, its start, ``import boto3`` and client included) per GiB of record data
+delivered, beside a floor: the same pages parsed with ``json`` and their data decoded with
+``base64`` on one core, nothing else (``raw_loop.decode_floor``). Each turn also runs one batch of
+the Python floor source (``benchmarks/floor_source.py``, no I/O, a partition a shard): the client
+CPU of that query is what the Python data source API costs one query of any Python source (its
+planning helper's start, Spark's query start, the tasks); the "net" figures take it from
+kinesis-ddb's, and the raw loop's start from its own, leaving what each spends on the records.
 
 The three readers take turns within each repeat, so a slow moment of the machine hits them alike.
 A Spark reader's time is the ``triggerExecution`` time of the batches that read the backlog (the
@@ -113,6 +118,8 @@ def measure_readers(
     rates: dict[str, list[float]] = {"raw_boto3": [], "naive": [], "kinesis_ddb": []}
     walls: dict[str, list[float]] = {"naive": [], "kinesis_ddb": []}
     cpu: dict[str, list[float]] = {k: [] for k in rates}
+    net: dict[str, list[float]] = {"raw_boto3": [], "kinesis_ddb": []}
+    api_cpu: list[float] = []
     refused: dict[str, list[int]] = {k: [] for k in rates}
     phases: list[dict[str, float]] = []
     batches: list[int] = []
@@ -141,6 +148,8 @@ def measure_readers(
             "accessKeyId": ACCESS_KEYS["naive"]}))
         ours = counted("kinesis_ddb", lambda u: spark_read(
             "kinesis-ddb", source_options(u, stream, dynamodbEndpointUrl=ddb_url, **TABLE)))
+        with meter.window() as api:
+            spark_env.one_batch(spark, "python-floor", {"numPartitions": str(len(per_shard))})
         if turn < warmup:
             for k in refused:
                 refused[k].pop()
@@ -152,8 +161,12 @@ def measure_readers(
         rates["kinesis_ddb"].append(records / ours["seconds"])
         walls["naive"].append(records / naive["wall_seconds"])
         walls["kinesis_ddb"].append(records / ours["wall_seconds"])
-        for name, got in (("raw_boto3", raw), ("naive", naive), ("kinesis_ddb", ours)):
+        cpu["raw_boto3"].append(raw["process_cpu_seconds"] / data_gib)
+        for name, got in (("naive", naive), ("kinesis_ddb", ours)):
             cpu[name].append(got["cpu_seconds"] / data_gib)
+        api_cpu.append(api[0].total)
+        net["raw_boto3"].append(raw["cpu_seconds"] / data_gib)
+        net["kinesis_ddb"].append((ours["cpu_seconds"] - api[0].total) / data_gib)
     floor = raw_loop.decode_floor(raw_loop.raw_pages(url, stream, per_shard))
     s = {k: summary(v) for k, v in rates.items()}
     out = {
@@ -171,6 +184,9 @@ def measure_readers(
         "quotas": quotas,
         "refused": {k: summary(v) for k, v in refused.items()},
         "cpu_s_per_gib": {k: summary(v) for k, v in cpu.items()},
+        # without each reader's start: the raw loop's reading alone, kinesis-ddb's less the API's
+        "net_cpu_s_per_gib": {k: summary(v) for k, v in net.items()},
+        "api_query_cpu_s": summary(api_cpu),
         "floor_cpu_s_per_gib": floor["cpu_seconds"] / (floor["data_bytes"] / GIB),
     }
     if calls:

@@ -10,7 +10,9 @@ read at its third refusal in a row). Nothing else paces it.
     python -m benchmarks.raw_loop URL STREAM SHARD=RECORDS [SHARD=RECORDS ...]
 
 prints one JSON line: ``seconds`` (first call to last answer), ``cpu_seconds`` (the process's
-CPU over the same span, both threads' parsing), ``records`` and ``data_bytes`` read.
+CPU over the same span, both threads' parsing), ``process_cpu_seconds`` (the whole program's:
+its start, importing boto3 and making its client too, as a Spark query's start is counted),
+``records`` and ``data_bytes`` read.
 
 :func:`decode_floor` is the least CPU any reader spends on the same records: the pages' JSON
 parsed with ``json`` and each record's data decoded with ``base64``, nothing else, on one core.
@@ -69,7 +71,8 @@ def read_all(url: str, stream: str, per_shard: dict[str, int], region: str = "us
     got = {s: c[0] for s, c in counts.items()}
     if got != per_shard:
         raise RuntimeError(f"raw loop read {got}, expected {per_shard}")
-    return {"seconds": elapsed, "cpu_seconds": cpu, "records": sum(got.values()),
+    return {"seconds": elapsed, "cpu_seconds": cpu, "process_cpu_seconds": time.process_time(),
+            "records": sum(got.values()),
             "data_bytes": sum(c[1] for c in counts.values())}
 
 

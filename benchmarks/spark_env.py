@@ -109,6 +109,26 @@ def read_backlog(spark: Any, fmt: str, options: dict[str, str], expected: int,
     }
 
 
+def one_batch(spark: Any, fmt: str, options: dict[str, str], timeout: float = 300.0) -> float:
+    """Run a query until its first batch with rows is done, then stop it; the seconds from
+    ``start()`` (what a Python source costs Spark for one batch, its query's start included,
+    when ``fmt`` is the floor source)."""
+    checkpoint = tempfile.mkdtemp(prefix="kddb-bench-")
+    began = time.perf_counter()
+    query = start(spark, fmt, options, checkpoint)
+    try:
+        while not any(p["numInputRows"] > 0 for p in progress_dicts(query)):
+            if not query.isActive:
+                raise RuntimeError(f"{fmt} query stopped: {query.exception()}")
+            if time.perf_counter() - began > timeout:
+                raise TimeoutError(f"{fmt} query had no batch with rows in {timeout} s")
+            time.sleep(0.05)
+        return time.perf_counter() - began
+    finally:
+        query.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
+
+
 def suite_main(doc: str, run_suite: Callable[[Any, str, bool], Any]) -> None:
     """The command line of a Spark benchmark suite: ``--quick``; a local endpoint and a
     session for ``run_suite(spark, url, quick)``, whose results are printed as JSON."""
