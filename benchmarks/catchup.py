@@ -48,7 +48,10 @@ bucket empty, or its 5 calls of the last second made); and the server's 5xx answ
    ``maxReadRatePerShard=1MiB``.
 3. **Cap**: ``maxReadRatePerShard=0.5MiB``, one shard with a ``CAP_BACKLOG_MIB`` backlog, a
    timed run of ``CAP_RUN_S`` (default trigger): the rate is the bytes of the source's data
-   calls after its first / (last data call - first data call).
+   calls after its first / (last data call - first data call); the steady rate the same from
+   ``CAP_BURST_S`` after the first data call (the cap's bucket starts full: any span of ``T``
+   seconds may read ``T + CAP_BURST_S`` seconds of the cap), and the most any span read beyond
+   the cap's rate over it.
 
     python -m benchmarks.catchup [--quick]
 """
@@ -87,6 +90,7 @@ from benchmarks.common import (
 )
 from benchmarks.quota import _rows_read
 from benchmarks.report import _reasons, _worst_shard
+from kinesis_source.read_rate import CAP_BURST_S
 from tests.support.proxy import THROTTLED, Seen
 from tests.support.quota import WINDOW_S, QuotaProxy
 
@@ -578,8 +582,14 @@ def capped(spark: Any, url: str, run_s: float, backlog_mib: float) -> dict[str, 
         execs = [a for a in ours if a.call.client == "sync"]
         exec_span = execs[-1].call.at - execs[0].call.at if len(execs) > 1 else 0.0
         refused = proxy.refusal_counts(SOURCE_KEY)
+        # After the cap's burst (its bucket starts full): the rate it holds a read to.
+        steady = [a for a in ours if a.call.at >= ours[0].call.at + CAP_BURST_S] if ours else []
+        steady_span = steady[-1].call.at - steady[0].call.at if len(steady) > 1 else 0.0
         return {
             **_run_figures(proxy, started, ended, backlog, rows),
+            "steady_bytes_per_s": sum(a.bytes for a in steady[1:]) / steady_span if steady_span else 0.0,
+            "most_over_cap_bytes": _most_over(ours, CAP_BYTES_PER_S),
+            "cap_burst_s": CAP_BURST_S,
             "cap": CAP,
             "cap_bytes_per_s": CAP_BYTES_PER_S,
             "bytes_read": sum(a.bytes for a in ours),
@@ -593,6 +603,18 @@ def capped(spark: Any, url: str, run_s: float, backlog_mib: float) -> dict[str, 
             "refused_by_reason": refused["by_reason"],
             "timeline": _timeline(proxy, shard, started),
         }
+
+
+def _most_over(answers: list[Any], rate: float) -> float:
+    """The most bytes any span of ``answers`` (in time order) took beyond ``rate`` over it: a
+    cap's bucket keeps it at most its depth."""
+    most = 0.0
+    for i, first in enumerate(answers):
+        taken = 0
+        for a in answers[i:]:
+            taken += a.bytes
+            most = max(most, taken - rate * (a.call.at - first.call.at))
+    return most
 
 
 # -- the suite -----------------------------------------------------------------------------

@@ -23,9 +23,10 @@ refusal puts it back no lower than the last refusal set it, since the fading was
 wrong.
 
 An optional cap (``maxReadRatePerShard``) is a second bucket, of this source's reads alone:
-two seconds deep, refilled at the cap, and empty when a query first models the shard, so that
-no span from the query's start reads more than the cap's rate over it (a full bucket at the start
-let a 38 s capped read average 1.03x the cap).
+two seconds deep, refilled at the cap: any span of ``T`` seconds reads at most ``T`` seconds of
+the cap and two more. It starts full: a bucket that started empty made a query's first probe
+wait two seconds (a record of unknown size is asked for as the largest one, 1 MiB, two seconds
+of a 0.5 MiB/s cap) and did not stop the burst, which the bucket refills while a shard idles.
 
 The model travels: the driver hands its state to each executor read (with the batch's ranges)
 and takes back the state the read ended with (with the read's tip report), so probes and reads
@@ -142,12 +143,12 @@ class ShardBytes:
 
     def __init__(self, cap: float | None, state: RateState | None, now: float, own_debt: bool = False) -> None:
         """``cap``: most bytes/s this source reads from the shard (None: no cap); ``state``: where
-        the model stands (None: a shard nobody read lately, its bucket full, the cap's empty); ``own_debt``: the
+        the model stands (None: a shard nobody read lately, its bucket full); ``own_debt``: the
         state may miss this source's own reads (another attempt of the same read, whose bytes
         no model saw): the first refusal is taken as that debt, not as others' reads."""
         self.cap = cap
         if state is None:
-            state = RateState(SHARD_BURST_BYTES, now, cap_level=0.0)
+            state = RateState(SHARD_BURST_BYTES, now)
         self._level = state.level
         self._at = min(state.at, now)
         self._others = state.others

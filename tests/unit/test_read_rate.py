@@ -134,16 +134,6 @@ def test_a_cap_holds_the_rate_to_it():
     assert after_first / window >= 0.9 * cap  # and is not wasted: a call takes what it holds
 
 
-def test_a_new_capped_model_reads_no_more_than_the_cap_from_its_start():
-    cap = 0.5 * MIB
-    fresh = ShardBytes(cap, None, 100.0)
-    assert fresh.available(100.0) <= 0.0  # no burst at a query's start
-    assert fresh.wait_s(cap, 100.0) == pytest.approx(1.0)
-    assert fresh.available(101.0) == pytest.approx(cap)  # a second of the cap after one second
-    uncapped = ShardBytes(None, None, 100.0)
-    assert uncapped.available(100.0) == SHARD_BURST_BYTES - MARGIN_BYTES  # the shard's burst stays
-
-
 def test_the_limit_fits_what_the_bucket_holds_by_the_records_size():
     model = ShardBytes(None, RateState(3 * MIB, 0.0, record_bytes=1000.0), 0.0)
     assert model.limit(10000, 0.0) == int((3 * MIB - MARGIN_BYTES) // 1000)
