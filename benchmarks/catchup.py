@@ -49,7 +49,7 @@ bucket empty, or its 5 calls of the last second made); and the server's 5xx answ
 3. **Cap**: ``maxReadRatePerShard=0.5MiB``, one shard with a ``CAP_BACKLOG_MIB`` backlog, a
    timed run of ``CAP_RUN_S`` (default trigger): the rate is the bytes of the source's data
    calls after its first / (last data call - first data call); the steady rate the same from
-   ``CAP_BURST_S`` after the first data call (the cap's bucket starts full: any span of ``T``
+   ``CAP_BURST_S`` after the executors' first data call (the cap's bucket starts full: any span of ``T``
    seconds may read ``T + CAP_BURST_S`` seconds of the cap), and the most any span read beyond
    the cap's rate over it.
 
@@ -404,7 +404,7 @@ def catch_up(spark: Any, url: str, shards: int, per_shard: int, backend: str = "
             raw_refused = raw_proxy.refused()
         floor = raw_loop.decode_floor(raw_loop.raw_pages(kinesis_url, stream, dict.fromkeys(shard_ids, per_shard)), 1)
         with ClientCpu().window() as api:  # what the Python data source API costs one query
-            spark_env.one_batch(spark, "python-floor", {"numPartitions": str(shards)})
+            spark_env.one_batch(spark, "python-floor", {"numPartitions": str(spark_env.tasks_for(spark, shards))})
         return {
             "cpu_bound": bound,
             "client_cpu_s": used[0].total,
@@ -582,8 +582,9 @@ def capped(spark: Any, url: str, run_s: float, backlog_mib: float) -> dict[str, 
         execs = [a for a in ours if a.call.client == "sync"]
         exec_span = execs[-1].call.at - execs[0].call.at if len(execs) > 1 else 0.0
         refused = proxy.refusal_counts(SOURCE_KEY)
-        # After the cap's burst (its bucket starts full): the rate it holds a read to.
-        steady = [a for a in ours if a.call.at >= ours[0].call.at + CAP_BURST_S] if ours else []
+        # After the cap's burst (its bucket starts full, and the executors' first page takes
+        # it): the rate it holds a read to.
+        steady = [a for a in ours if a.call.at >= execs[0].call.at + CAP_BURST_S] if execs else []
         steady_span = steady[-1].call.at - steady[0].call.at if len(steady) > 1 else 0.0
         return {
             **_run_figures(proxy, started, ended, backlog, rows),

@@ -19,7 +19,8 @@ Python processes and the thread driving the query, from ``start()`` to the last 
 loop's whole process, its start, ``import boto3`` and client included) per GiB of record data
 delivered, beside a floor: the same pages parsed with ``json`` and their data decoded with
 ``base64`` on one core, nothing else (``raw_loop.decode_floor``). Each turn also runs one batch of
-the Python floor source (``benchmarks/floor_source.py``, no I/O, a partition a shard): the client
+the Python floor source (``benchmarks/floor_source.py``, no I/O, as many partitions as kinesis-ddb
+plans tasks for the shards, ``Trigger.Once``): the client
 CPU of that query is what the Python data source API costs one query of any Python source (its
 planning helper's start, Spark's query start, the tasks); the "net" figures take it from
 kinesis-ddb's, and the raw loop's start from its own, leaving what each spends on the records.
@@ -149,7 +150,8 @@ def measure_readers(
         ours = counted("kinesis_ddb", lambda u: spark_read(
             "kinesis-ddb", source_options(u, stream, dynamodbEndpointUrl=ddb_url, **TABLE)))
         with meter.window() as api:
-            spark_env.one_batch(spark, "python-floor", {"numPartitions": str(len(per_shard))})
+            spark_env.one_batch(spark, "python-floor",
+                                {"numPartitions": str(spark_env.tasks_for(spark, len(per_shard)))})
         if turn < warmup:
             for k in refused:
                 refused[k].pop()

@@ -112,9 +112,10 @@ def catchup_section(res: dict[str, Any]) -> list[str]:
            "window (every shard): the cores the client used, the cores the servers left it (2 less moto or "
            "the canned server and the proxy's threads), the records/s the CPU allows (the client's records/s"
            " per core times the cores left) and the physical limit's records/s; measured / the lower of the "
-           "two. The raw loop's CPU is its whole process's (its start, `import boto3` and its client too, as"
-           " the query's start is counted); net: kinesis-ddb's less what one query of the Python floor "
-           "source (no I/O, a partition a shard) costs, against the raw loop's reading alone.", "",
+           "two." + (" The raw loop's CPU is its whole process's (its start, `import boto3` and its client too, "
+                     "as the query's start is counted); net: kinesis-ddb's less what one query of the Python "
+                     "floor source (no I/O, as many tasks) costs, against the raw loop's reading alone."
+                     if all("loop_cpu_s_per_gib" in r["raw_loop"] for r in runs) else ""), "",
            "| Kinesis server | shards | client CPU s per GiB | raw loop: CPU s per GiB, seconds, refused | floor "
            "| x raw | x floor | net: kinesis-ddb, raw loop (CPU s per GiB), x raw | client cores / cores left "
            "| records/s | CPU allows | physical limit | measured / the lower |",

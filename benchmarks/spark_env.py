@@ -48,18 +48,15 @@ def session(master: str = "local[2]") -> Any:
     return spark
 
 
-def start(spark: Any, fmt: str, options: dict[str, str], checkpoint: str, **reader: Any) -> Any:
-    """Start ``format(fmt)`` with ``options`` into the ``noop`` sink, triggers back to back."""
+def start(spark: Any, fmt: str, options: dict[str, str], checkpoint: str, once: bool = False) -> Any:
+    """Start ``format(fmt)`` with ``options`` into the ``noop`` sink, triggers back to back
+    (``once``: one batch, then the query stops)."""
     stream = spark.readStream.format(fmt)
     for key, value in options.items():
         stream = stream.option(key, value)
-    return (
-        stream.load()
-        .writeStream.format("noop")
-        .option("checkpointLocation", checkpoint)
-        .trigger(processingTime="0 seconds")
-        .start()
-    )
+    writer = stream.load().writeStream.format("noop").option("checkpointLocation", checkpoint)
+    writer = writer.trigger(once=True) if once else writer.trigger(processingTime="0 seconds")
+    return writer.start()
 
 
 def progress_dicts(query: Any) -> list[dict[str, Any]]:
@@ -109,20 +106,29 @@ def read_backlog(spark: Any, fmt: str, options: dict[str, str], expected: int,
     }
 
 
+def tasks_for(spark: Any, shards: int) -> int:
+    """How many tasks kinesis-ddb plans for a batch reading ``shards`` shards on this session
+    (``shardsPerTask`` unset): the floor source's partitions for the same batch."""
+    from kinesis_source.driver.tasks import group, shards_per_task
+
+    per_task = shards_per_task(shards, None, spark.sparkContext.defaultParallelism)
+    return len(group(list(range(shards)), per_task))
+
+
 def one_batch(spark: Any, fmt: str, options: dict[str, str], timeout: float = 300.0) -> float:
-    """Run a query until its first batch with rows is done, then stop it; the seconds from
-    ``start()`` (what a Python source costs Spark for one batch, its query's start included,
-    when ``fmt`` is the floor source)."""
+    """Run a query of one batch (``Trigger.Once``), which must read rows; the seconds from
+    ``start()`` to its end (what a Python source costs Spark for one batch, its query's start
+    included, when ``fmt`` is the floor source)."""
     checkpoint = tempfile.mkdtemp(prefix="kddb-bench-")
     began = time.perf_counter()
-    query = start(spark, fmt, options, checkpoint)
+    query = start(spark, fmt, options, checkpoint, once=True)
     try:
-        while not any(p["numInputRows"] > 0 for p in progress_dicts(query)):
-            if not query.isActive:
-                raise RuntimeError(f"{fmt} query stopped: {query.exception()}")
-            if time.perf_counter() - began > timeout:
-                raise TimeoutError(f"{fmt} query had no batch with rows in {timeout} s")
-            time.sleep(0.05)
+        if not query.awaitTermination(timeout):
+            raise TimeoutError(f"{fmt} query's one batch not done in {timeout} s")
+        if query.exception() is not None:
+            raise RuntimeError(f"{fmt} query failed: {query.exception()}")
+        if not any(p["numInputRows"] > 0 for p in progress_dicts(query)):
+            raise AssertionError(f"{fmt} query's one batch read no row")
         return time.perf_counter() - began
     finally:
         query.stop()

@@ -109,10 +109,6 @@ class ShardGate:
         if self._last_call is None:
             wait = self._booked_wait()
         else:
-            # From the last call's sending, as the driver's windows count calls: a large page's
-            # answer takes the server a while to build, and spacing from the answer added that
-            # to every page (moto builds four 1 MB pages in 0.5-0.8 s). Two calls arrive closer
-            # than they were sent only by how much longer the first took to reach the server.
             spacing = interval * (1 + PAGE_JITTER * random.random())
             wait = max(self._last_call + spacing - time.monotonic(), self._second_wait(calls, time.time()))
         wait = max(wait, model.wait_s(model.want_bytes(records, interval), time.time()))
@@ -154,6 +150,10 @@ class ShardGate:
                     if readable is not None:
                         raise readable from None
                     raise
+                finally:
+                    # spaced from the answer, which came after the call arrived: the server never
+                    # sees this reader's calls closer than its spacing, however long the way
+                    self._last_call = time.monotonic()
         page = Page.from_api(resp)
         self.bytes.spend(page_bytes(page.records), len(page.records), received_at(time.time()))
         return page
