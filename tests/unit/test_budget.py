@@ -243,7 +243,7 @@ def test_a_first_look_that_stops_inside_the_last_batch_reads_on_one_warm_page():
     arrival starts at the batch's first record, and a warm page may stop inside it, a few
     records short of the tip (``MillisBehindLatest`` 0, a full page). The probe reads on one
     more warm page from there and finds the tip: 2 GetShardIterator, 3 GetRecords. Mutant
-    caught: no read-on (the moved window after it costs a third GetShardIterator)."""
+    caught: no read-on (the moved windows after it cost more GetShardIterator: 4)."""
     records = log_of(2000, start_time=time.time() - 60)
     batch_at = records[-1][1]
     records[-15:] = [(seq, batch_at) for seq, _ in records[-15:]]  # one batch of 15 records
@@ -252,7 +252,7 @@ def test_a_first_look_that_stops_inside_the_last_batch_reads_on_one_warm_page():
     budget = CallBudget({GET_RECORDS: 2.0, GET_SHARD_ITERATOR: 1.0})
     kinesis = PacedKinesis(AsyncFake(fake), budget)
     prober = TailProber(kinesis, page_limit=10_000)
-    prober.warm_bytes = 10 * 12  # a warm page of ten records (of "d<seq>", about 12 bytes each)
+    prober.warm_bytes = 10 * 12  # a warm page of ten records, by the first page's record ("d<seq>", 12 bytes)
     result = asyncio.run(prober.probe("s", "a", Position.trim_horizon()))
     assert result.tip == shard.records[-1][0]
     assert fake.calls.count("GetShardIterator") == 2, fake.calls
