@@ -173,7 +173,7 @@ def server_cpu_seconds(marker: str = "moto.server") -> float:
     """CPU seconds (user and system) used so far by the local processes whose command line holds
     ``marker`` (Linux ``/proc``; 0.0 elsewhere): what the test servers take from the machine
     that Spark and the source share."""
-    return sum(ticks for _, cmd, ticks in _processes() if marker.encode() in cmd) / _TICK
+    return sum(p.ticks for p in proc_stats() if marker.encode() in p.cmd) / _TICK
 
 
 @dataclass(frozen=True)
@@ -212,12 +212,6 @@ def proc_stats() -> Iterator[ProcStat]:
             yield found
 
 
-def _processes() -> Iterator[tuple[int, bytes, int]]:
-    """(pid, command line, CPU ticks used so far: user and system) of every process readable in
-    ``/proc`` (none elsewhere)."""
-    for found in proc_stats():
-        yield found.pid, found.cmd, found.ticks
-
 
 def machine_cpu() -> tuple[float, float] | None:
     """(busy, total) CPU ticks of the whole machine so far, every core (Linux ``/proc/stat``;
@@ -239,15 +233,15 @@ def _process_ticks() -> dict[tuple[int, str], tuple[float, float]]:
     ``java``, else ``python``); empty where ``/proc`` is missing."""
     out: dict[tuple[int, str], tuple[float, float]] = {}
     me = os.getpid()
-    for pid, cmd, ticks in _processes():
+    for p in proc_stats():
         read_at = time.monotonic()
+        cmd = p.cmd
         if b"python" not in cmd and b"java" not in cmd:
             continue
-        program = cmd.split(b"\0")[0]
         # (Spark's JVM names pyspark-shell on its command line: the program decides first)
-        what = ("benchmark" if pid == me else "java" if program.endswith(b"java") else "moto" if b"moto.server" in cmd
+        what = ("benchmark" if p.pid == me else "java" if p.program == "java" else "moto" if b"moto.server" in cmd
                 else "spark-python" if b"pyspark" in cmd else "python")
-        out[(pid, what)] = (read_at, float(ticks))
+        out[(p.pid, what)] = (read_at, float(p.ticks))
     return out
 
 
