@@ -18,6 +18,7 @@ earlier subscription of the same consumer and shard lingers (Kinesis refuses a n
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -109,6 +110,7 @@ class SubscribeRangeReader(RangeReaderBase):
         self.subscriptions = 0
         self.failures = 0  # recoverable errors got past
         self.subscribed_at: float | None = None  # wall clock of the last successful subscription
+        self._called_at = -math.inf  # monotonic: the last SubscribeToShard call, refused or not
 
     def _subscribe(self) -> None:
         rng = self._range
@@ -131,9 +133,11 @@ class SubscribeRangeReader(RangeReaderBase):
         key = (self._consumer_arn, rng.shard_id)
         stop_watch(*key)  # this process's own watch of the shard: the read takes over
         with _last_lock:
-            last = _last_subscribed.get(key)
-        if last is not None:
-            time.sleep(max(0.0, last + self._in_use_gap_s - time.monotonic()))
+            last = _last_subscribed.get(key, -math.inf)
+        # Kinesis counts every call, refused or failed, under its one-a-second rule.
+        time.sleep(max(0.0, last + self._in_use_gap_s - time.monotonic(),
+                       self._called_at + CALL_GAP_S - time.monotonic()))
+        self._called_at = time.monotonic()
         try:
             resp = self._client.subscribe_to_shard(
                 ConsumerARN=self._consumer_arn,

@@ -448,6 +448,28 @@ def test_a_subscription_refused_by_another_process_is_retried_each_second(
     assert 3.9 <= time.monotonic() - started
 
 
+def test_a_subscription_refused_for_the_call_rate_is_not_re_sent_within_the_second(
+    efo_server, client, backing_client, filled
+):
+    """Another worker's call came a moment before this reader's first: Kinesis refuses it
+    (one SubscribeToShard a second per consumer and shard, refused calls counted). A re-send by
+    botocore's throttling retry would be refused again, and again: the reader's calls keep a
+    second apart, so that one refusal is the only one of its kind."""
+    stream, by_shard = filled
+    arn = _consumer(client, stream)
+    rng = _all_ranges(backing_client, stream, by_shard)[1]
+    efo_server.in_use_window_s, efo_server.min_call_gap_s = 5.0, 1.0  # as Kinesis
+    client.subscribe_to_shard(ConsumerARN=arn, ShardId=rng.shard_id,
+                              StartingPosition={"Type": "LATEST"})["EventStream"].close()
+    reader = Reader(client, arn, rng, retry_wait_s=0.05)
+    _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
+    assert efo_server.refused["LimitExceededException"] == 1, efo_server.timeline()
+    assert reader.subscriptions == 1
+    mine = [t for t, shard, _, _ in efo_server.attempts if shard == rng.shard_id][1:]
+    gaps = [b - a for a, b in zip(mine, mine[1:], strict=False)]
+    assert len(mine) >= 5 and min(gaps) >= 1.0, efo_server.timeline()
+
+
 def test_a_process_waits_out_its_own_last_subscription_instead_of_being_refused(
     efo_server, client, backing_client, filled
 ):

@@ -214,7 +214,7 @@ def test_a_batch_replayed_after_a_restart_is_read_exactly_then_held_again(
                      timeout=60, what="both shards held again")
             fed(2)
         assert_exactly_once_in_order(before + sink.rows(), producer.sent)
-        assert server.refused["LimitExceededException"] == 0
+        assert server.refused["LimitExceededException"] == 0, server.timeline()
 
 
 @pytest.mark.backends("kinesis-local")  # (moto never ends a closed shard)

@@ -255,6 +255,9 @@ class EfoServer:
         # Whether a CREATING consumer refuses DeregisterStreamConsumer (not documented by AWS).
         self.refuse_deregistering_creating = False
         self.subscribe_calls: list[SubscribeCall] = []
+        # every SubscribeToShard that reached the per-shard rules: (monotonic arrival, shard,
+        # the caller's SDK from its User-Agent, "ok" or the refusal's code), for failure messages
+        self.attempts: list[tuple[float, str, str, str]] = []
         # records pushed to subscribers, and their data bytes (what fan-out's retrieval bills)
         self.sent_records = self.sent_bytes = 0
         self.calls: dict[str, int] = {}
@@ -287,6 +290,14 @@ class EfoServer:
         """How many SubscribeToShard calls succeeded."""
         with self._lock:
             return len(self.subscribe_calls)
+
+    def timeline(self) -> str:
+        """Every SubscribeToShard attempt, a line each: seconds since the first, shard, caller
+        and outcome (for a failing test's message)."""
+        with self._lock:
+            attempts = list(self.attempts)
+        t0 = attempts[0][0] if attempts else 0.0
+        return "\n".join(f"{t - t0:8.3f} {shard} {caller} {outcome}" for t, shard, caller, outcome in attempts)
 
     def inject_error(
         self, code: str = "InternalFailureException", after_events: int = 1, times: int = 1
@@ -402,7 +413,7 @@ class EfoServer:
 
     # -- subscriptions ---------------------------------------------------------------------
 
-    def _open(self, req: dict) -> tuple[_Subscription, str, str]:
+    def _open(self, req: dict, agent: str = "") -> tuple[_Subscription, str, str]:
         """Check a SubscribeToShard request; returns the subscription, stream and iterator."""
         arrived = time.monotonic()  # the in-use window runs between calls, not backend replies
         arn, shard_id = req.get("ConsumerARN", ""), req.get("ShardId", "")
@@ -426,7 +437,9 @@ class EfoServer:
         key = (arn, shard_id)
         with self._lock:
             called, self._last_call[key] = self._last_call.get(key), arrived
+            caller = agent.split(" ", 1)[0]
             if called is not None and arrived - called < self.min_call_gap_s:
+                self.attempts.append((arrived, shard_id, caller, "LimitExceededException"))
                 self.refused["LimitExceededException"] += 1
                 raise _ApiError(
                     "LimitExceededException",
@@ -434,6 +447,7 @@ class EfoServer:
                 )
             last = self._last_subscribe.get(key)
             if last is not None and arrived - last < self.in_use_window_s:
+                self.attempts.append((arrived, shard_id, caller, "ResourceInUseException"))
                 self.refused["ResourceInUseException"] += 1
                 raise _ApiError(
                     "ResourceInUseException",
@@ -446,6 +460,7 @@ class EfoServer:
             self._live[key] = sub
             self._last_subscribe[key] = arrived
             self.subscribe_calls.append(SubscribeCall(arn, shard_id, dict(start)))
+            self.attempts.append((arrived, shard_id, caller, "ok"))
         return sub, stream, iterator["ShardIterator"]
 
     def _close(self, sub: _Subscription) -> None:
@@ -624,7 +639,7 @@ class EfoServer:
                 self._reply(resp.status, data, resp.getheaders())
 
             def _subscribe(self, req: dict) -> None:
-                sub, stream, iterator = server._open(req)
+                sub, stream, iterator = server._open(req, self.headers.get("User-Agent", ""))
                 self.send_response(200)
                 self.send_header("Content-Type", "application/vnd.amazon.eventstream")
                 self.send_header("Transfer-Encoding", "chunked")
