@@ -95,7 +95,6 @@ from tests.support.proxy import THROTTLED, Seen
 from tests.support.quota import WINDOW_S, QuotaProxy
 
 MIB = 1024 * 1024
-GIB = float(1 << 30)
 SHARD_BYTES_PER_S = 2 * MIB
 BURST_BYTES = 10 * MIB
 RECORD_BYTES = 1000
@@ -398,7 +397,7 @@ def catch_up(spark: Any, url: str, shards: int, per_shard: int, backend: str = "
         worst = min(per, key=lambda p: p["read_ratio"])
         refused = proxy.refusal_counts(SOURCE_KEY)
         bound = cpu_bound(cpu, proxy, rows)
-        data_gib = per_shard * shards * RECORD_BYTES / GIB
+        data_gib = per_shard * shards * RECORD_BYTES / raw_loop.GIB
         with MeteredProxy(kinesis_url) as raw_proxy:
             raw = raw_loop.run(raw_proxy.url, stream, dict.fromkeys(shard_ids, per_shard))
             raw_refused = raw_proxy.refused()
@@ -414,7 +413,7 @@ def catch_up(spark: Any, url: str, shards: int, per_shard: int, backend: str = "
             # the raw loop's whole process (its start and client included), and its reading alone
             "raw_loop": {**raw, "refused": raw_refused, "cpu_s_per_gib": raw["process_cpu_seconds"] / data_gib,
                          "loop_cpu_s_per_gib": raw["cpu_seconds"] / data_gib},
-            "floor_cpu_s_per_gib": floor["cpu_seconds"] / (floor["data_bytes"] / GIB),
+            "floor_cpu_s_per_gib": floor["cpu_s_per_gib"],
             "backend": backend,
             "shards": shards,
             "records_per_shard": per_shard,

@@ -66,7 +66,6 @@ from tests.support.quota import QuotaProxy
 
 SHARD_COUNTS = (4, 8)
 RECORD_SIZES = (100, 1024)
-GIB = float(1 << 30)
 # How a quota proxy tells the readers apart (source_options' key is "local").
 ACCESS_KEYS = {"raw_boto3": raw_loop.ACCESS_KEY, "naive": "naive", "kinesis_ddb": "local"}
 # One checkpoint table for every query, made by the warm-up, so no measured batch creates it.
@@ -115,7 +114,7 @@ def measure_readers(
     every client process (:mod:`benchmarks.client_cpu`), from ``start()`` to the last row; as
     CPU seconds per GiB of record data delivered, beside :func:`raw_loop.decode_floor`'s."""
     records = sum(per_shard.values())
-    data_gib = records * size / GIB
+    data_gib = records * size / raw_loop.GIB
     rates: dict[str, list[float]] = {"raw_boto3": [], "naive": [], "kinesis_ddb": []}
     walls: dict[str, list[float]] = {"naive": [], "kinesis_ddb": []}
     cpu: dict[str, list[float]] = {k: [] for k in rates}
@@ -189,7 +188,7 @@ def measure_readers(
         # without each reader's start: the raw loop's reading alone, kinesis-ddb's less the API's
         "net_cpu_s_per_gib": {k: summary(v) for k, v in net.items()},
         "api_query_cpu_s": summary(api_cpu),
-        "floor_cpu_s_per_gib": floor["cpu_seconds"] / (floor["data_bytes"] / GIB),
+        "floor_cpu_s_per_gib": floor["cpu_s_per_gib"],
     }
     if calls:
         out["kinesis_calls_last_turn"] = calls
