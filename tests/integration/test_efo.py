@@ -428,21 +428,28 @@ def test_kms_errors_inside_the_stream_name_the_permission(efo_server, client, ba
     assert rng.shard_id in str(err.value) and stream in str(err.value)
 
 
-def test_a_subscription_refused_by_another_process_is_retried_each_second(
-    efo_server, client, backing_client, filled
-):
-    """Another worker subscribed to the shard less than 5 s ago (this process cannot know):
-    the refused call is tried again a second later, within Kinesis' 1 call/s per shard."""
+def _subscribed_by_another_worker(efo_server, client, backing_client, filled):
+    """Kinesis' subscription rules on, and a range whose shard another worker has just
+    subscribed to: (consumer ARN, range, the range's records)."""
     stream, by_shard = filled
     arn = _consumer(client, stream)
     rng = _all_ranges(backing_client, stream, by_shard)[1]
     efo_server.in_use_window_s, efo_server.min_call_gap_s = 5.0, 1.0  # as Kinesis
     client.subscribe_to_shard(ConsumerARN=arn, ShardId=rng.shard_id,
                               StartingPosition={"Type": "LATEST"})["EventStream"].close()
+    return arn, rng, by_shard[rng.shard_id]
+
+
+def test_a_subscription_refused_by_another_process_is_retried_each_second(
+    efo_server, client, backing_client, filled
+):
+    """Another worker subscribed to the shard less than 5 s ago (this process cannot know):
+    the refused call is tried again a second later, within Kinesis' 1 call/s per shard."""
+    arn, rng, expected = _subscribed_by_another_worker(efo_server, client, backing_client, filled)
     time.sleep(1.0)  # the other worker's call was a second ago (Kinesis allows one per second)
     started = time.monotonic()
     reader = Reader(client, arn, rng, retry_wait_s=0.05)
-    _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
+    _assert_reads(_read(reader), rng, backing_client, expected)
     assert efo_server.refused == {"ResourceInUseException": 4, "LimitExceededException": 0}
     assert reader.failures == 4 and reader.subscriptions == 1
     assert 3.9 <= time.monotonic() - started
@@ -455,14 +462,9 @@ def test_a_subscription_refused_for_the_call_rate_is_not_re_sent_within_the_seco
     (one SubscribeToShard a second per consumer and shard, refused calls counted). A re-send by
     botocore's throttling retry would be refused again, and again: the reader's calls keep a
     second apart, so that one refusal is the only one of its kind."""
-    stream, by_shard = filled
-    arn = _consumer(client, stream)
-    rng = _all_ranges(backing_client, stream, by_shard)[1]
-    efo_server.in_use_window_s, efo_server.min_call_gap_s = 5.0, 1.0  # as Kinesis
-    client.subscribe_to_shard(ConsumerARN=arn, ShardId=rng.shard_id,
-                              StartingPosition={"Type": "LATEST"})["EventStream"].close()
+    arn, rng, expected = _subscribed_by_another_worker(efo_server, client, backing_client, filled)
     reader = Reader(client, arn, rng, retry_wait_s=0.05)
-    _assert_reads(_read(reader), rng, backing_client, by_shard[rng.shard_id])
+    _assert_reads(_read(reader), rng, backing_client, expected)
     assert efo_server.refused["LimitExceededException"] == 1, efo_server.timeline()
     assert reader.subscriptions == 1
     mine = [t for t, shard, _, _ in efo_server.attempts if shard == rng.shard_id][1:]
