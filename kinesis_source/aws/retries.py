@@ -13,8 +13,9 @@ still decides, because the first non-``None`` answer wins.
 
 A Kinesis client of the source's readers hands ``GetRecords`` throttles back at once
 (``caller_paced``): the reader's model of the shard's byte budget knows when the next call fits
-(``read_rate.py``), which no backoff formula does. No client re-sends ``SubscribeToShard``
-(``CALLER_RETRIED``): its callers pace it by Kinesis' one call a second per consumer and shard.
+(``read_rate.py``), which no backoff formula does. Every client hands ``SubscribeToShard``
+throttles back too (``ALWAYS_CALLER_PACED``): its callers pace it by Kinesis' one call a second
+per consumer and shard.
 
 A client that has never had an answer from its endpoint treats "could not connect" as a
 configuration error, not an outage, when its rule says so (the driver's clients): a wrong
@@ -48,11 +49,12 @@ NON_THROTTLING_SHARE = 1 / 20
 UNREACHED_RETRIES = 2
 
 _CONNECT_ERRORS = (EndpointConnectionError, ConnectTimeoutError)
-# Operations never re-sent by botocore: Kinesis takes one SubscribeToShard a second per consumer
-# and shard and counts refused calls too, so a re-send within the second is refused again (a
-# cascade of LimitExceededException). Their callers retry them at the rule's pace
-# (aws/subscribe.py).
-CALLER_RETRIED = frozenset({"SubscribeToShard"})
+# Operations whose throttles go back to the caller on every client: Kinesis takes one
+# SubscribeToShard a second per consumer and shard and counts refused calls too, so a throttled
+# call re-sent within the second is refused again (a cascade of LimitExceededException). Their
+# callers retry them at the rule's pace (aws/subscribe.py). (5xx and network errors are still
+# re-sent here: a subscription's reader would otherwise fail on one.)
+ALWAYS_CALLER_PACED = frozenset({"SubscribeToShard"})
 
 
 def is_connect_error(exc: BaseException) -> bool:
@@ -136,8 +138,7 @@ class RetryHandler:
             self.reached = True
         # What the caller's error says ("reached max retries: N") comes from this metadata.
         self._adapter.adapt_retry_response_from_context(context)
-        operation = getattr(context.operation_model, "name", "?")
-        if not retryable or operation in CALLER_RETRIED:
+        if not retryable:
             return False
         retry = context.attempt_number
         error = context.caught_exception
@@ -150,7 +151,8 @@ class RetryHandler:
         ):
             return False
         throttled = bool(self._throttled.is_retryable(context))
-        if throttled and operation in self.rule.caller_paced:
+        operation = getattr(context.operation_model, "name", "?")
+        if throttled and (operation in self.rule.caller_paced or operation in ALWAYS_CALLER_PACED):
             return False
         wait = self.rule.delay(retry, throttled)
         log.debug(
