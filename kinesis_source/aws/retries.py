@@ -14,8 +14,8 @@ still decides, because the first non-``None`` answer wins.
 A Kinesis client of the source's readers hands ``GetRecords`` throttles back at once
 (``caller_paced``): the reader's model of the shard's byte budget knows when the next call fits
 (``read_rate.py``), which no backoff formula does. Every client hands ``SubscribeToShard``
-throttles back too (``ALWAYS_CALLER_PACED``): its callers pace it by Kinesis' one call a second
-per consumer and shard.
+rate refusals back too (``ALWAYS_CALLER_PACED``): its callers pace it by Kinesis' one call a
+second per consumer and shard.
 
 A client that has never had an answer from its endpoint treats "could not connect" as a
 configuration error, not an outage, when its rule says so (the driver's clients): a wrong
@@ -49,12 +49,12 @@ NON_THROTTLING_SHARE = 1 / 20
 UNREACHED_RETRIES = 2
 
 _CONNECT_ERRORS = (EndpointConnectionError, ConnectTimeoutError)
-# Operations whose throttles go back to the caller on every client: Kinesis takes one
-# SubscribeToShard a second per consumer and shard and counts refused calls too, so a throttled
-# call re-sent within the second is refused again (a cascade of LimitExceededException). Their
-# callers retry them at the rule's pace (aws/subscribe.py). (5xx and network errors are still
-# re-sent here: a subscription's reader would otherwise fail on one.)
-ALWAYS_CALLER_PACED = frozenset({"SubscribeToShard"})
+# Throttles that go back to the caller on every client, by operation: Kinesis takes one
+# SubscribeToShard a second per consumer and shard and counts refused calls too, so a refusal
+# re-sent within the second is refused again (a cascade of LimitExceededException). Its callers
+# retry it at the rule's pace (aws/subscribe.py). (Other throttling codes, 5xx and network
+# errors are still re-sent here: a subscription's reader would otherwise fail on one.)
+ALWAYS_CALLER_PACED = {"SubscribeToShard": frozenset({"LimitExceededException"})}
 
 
 def is_connect_error(exc: BaseException) -> bool:
@@ -152,7 +152,8 @@ class RetryHandler:
             return False
         throttled = bool(self._throttled.is_retryable(context))
         operation = getattr(context.operation_model, "name", "?")
-        if throttled and (operation in self.rule.caller_paced or operation in ALWAYS_CALLER_PACED):
+        handed_back = ALWAYS_CALLER_PACED.get(operation, frozenset())
+        if throttled and (operation in self.rule.caller_paced or _code(context) in handed_back):
             return False
         wait = self.rule.delay(retry, throttled)
         log.debug(
@@ -166,9 +167,13 @@ class RetryHandler:
         return wait
 
 
+def _code(context: Any) -> str | None:
+    return (context.parsed_response or {}).get("Error", {}).get("Code")
+
+
 def _what(context: Any) -> str:
     if context.caught_exception is not None:
         return type(context.caught_exception).__name__
-    code = (context.parsed_response or {}).get("Error", {}).get("Code")
+    code = _code(context)
     status = getattr(context.http_response, "status_code", None)
     return f"{code or 'HTTP'} {status}"

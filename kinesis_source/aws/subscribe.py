@@ -8,6 +8,8 @@ Two callers follow these rules: an executor read of one range (``executor/fanout
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import ClientError, HTTPClientError
@@ -27,6 +29,10 @@ CALL_GAP_S = 1.0
 # The driver waits a little more than the 5 s before a shard's next subscription: it learns the
 # last one's time from another process's clock (an executor's report).
 DRIVER_GAP_S = 5.1
+# Refusals under those rules a read takes, in a row, before it gives up (a minute or more): they
+# say another subscriber of the consumer and shard is there, not that something is broken, so
+# they do not spend the attempts a read has for failures.
+MAX_RULE_REFUSALS = 60
 
 # Errors of a subscription that a new subscription can get past.
 RECOVERABLE_CODES = frozenset({
@@ -53,6 +59,49 @@ def _network_errors() -> tuple[type[BaseException], ...]:
 
 
 NETWORK_ERRORS = _network_errors()
+
+
+def refused_by_rule(exc: BaseException | None) -> bool:
+    """True for a ``SubscribeToShard`` refused under Kinesis' per-shard rules (5 s, 1 call/s)."""
+    return isinstance(exc, ClientError) and error_code(exc) in (IN_USE, LIMIT_EXCEEDED)
+
+
+def rule_wait(exc: BaseException | None) -> float:
+    """How long a call refused under the per-shard rules waits: a second after an "in use"
+    refusal (the rate the rules allow); one to two seconds, at random, after a rate refusal,
+    which says another caller of the same consumer and shard is calling too: two callers that
+    each wait exactly a second after their refusal refuse each other's every call."""
+    if isinstance(exc, ClientError) and error_code(exc) == LIMIT_EXCEEDED:
+        return CALL_GAP_S * (1.0 + random.random())
+    return CALL_GAP_S
+
+
+def subscription_wait(backoff: Callable[[Any], float]) -> Callable[[Any], float]:
+    """tenacity's wait for a subscription's tries: :func:`rule_wait` after a refusal under the
+    per-shard rules, ``backoff`` after any other failure."""
+
+    def wait(state: Any) -> float:
+        exc = state.outcome.exception()
+        return rule_wait(exc) if refused_by_rule(exc) else backoff(state)
+
+    return wait
+
+
+class Attempts:
+    """tenacity's stop for a subscription's tries: ``max_attempts`` failures in a row, refusals
+    under the per-shard rules apart (another subscriber of the consumer and shard is there, not
+    a failure), of which ``max_refusals`` in a row end the tries too."""
+
+    def __init__(self, max_attempts: int, max_refusals: int = MAX_RULE_REFUSALS) -> None:
+        self.max_attempts = max_attempts
+        self.max_refusals = max_refusals
+        self.refusals = 0
+
+    def __call__(self, state: Any) -> bool:
+        if refused_by_rule(state.outcome.exception()):
+            self.refusals += 1
+            return self.refusals >= self.max_refusals
+        return bool(state.attempt_number - self.refusals >= self.max_attempts)
 
 
 def recoverable(exc: BaseException) -> bool:

@@ -38,11 +38,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, retry_if_exception, wait_exponential
 
 from kinesis_source.aws.clients import AwsSettings, error_code
-from kinesis_source.aws.kinesis import IN_USE, LIMIT_EXCEEDED
-from kinesis_source.aws.subscribe import CALL_GAP_S, DRIVER_GAP_S, event_ended, recoverable, starting_position
+from kinesis_source.aws.kinesis import IN_USE
+from kinesis_source.aws.subscribe import (
+    CALL_GAP_S,
+    DRIVER_GAP_S,
+    Attempts,
+    event_ended,
+    recoverable,
+    refused_by_rule,
+    starting_position,
+    subscription_wait,
+)
 from kinesis_source.driver.carried import CarriedRun
 from kinesis_source.driver.probe_rounds import ProbeRounds
 from kinesis_source.driver.shards import ShardState, ShardStates
@@ -66,7 +75,8 @@ RECORD_OVERHEAD = 200
 MAX_HELD_SHARDS = 4000
 # Failures before a subscription's first event, in a row, before the shard is left to the
 # probes and executor subscriptions (a failure after events renews the subscription as soon as
-# Kinesis' 5 s rule allows; the next range handed to an executor starts one again).
+# Kinesis' 5 s rule allows; the next range handed to an executor starts one again). Refusals
+# under the per-shard rules count apart (``aws/subscribe.py``'s ``Attempts``).
 FEED_FAILURES = 8
 # While an executor's own subscription reads the shard, the driver looks this often whether
 # its report came.
@@ -98,14 +108,6 @@ def new_run(start: Position) -> CarriedRun:
         assert start.seq is not None
         return CarriedRun(start.seq, [], None)
     return CarriedRun("", [], None, origin=start.to_str())
-
-
-def _wait(retry_state: Any) -> float:
-    """How long a failed subscription waits before the next try."""
-    exc = retry_state.outcome.exception()
-    if isinstance(exc, ClientError) and error_code(exc) in (IN_USE, LIMIT_EXCEEDED):
-        return CALL_GAP_S  # the per-shard rules: the rate Kinesis allows, not a backoff
-    return wait_exponential(multiplier=0.5, max=5.0)(retry_state)
 
 
 @dataclass(eq=False)
@@ -240,8 +242,8 @@ class Feeds:
         try:
             while state.feed is feed:
                 async for attempt in AsyncRetrying(
-                    retry=retry_if_exception(recoverable), stop=stop_after_attempt(FEED_FAILURES),
-                    wait=_wait, reraise=True,
+                    retry=retry_if_exception(recoverable), stop=Attempts(FEED_FAILURES),
+                    wait=subscription_wait(wait_exponential(multiplier=0.5, max=5.0)), reraise=True,
                 ):
                     with attempt:
                         await self._ready(state, feed)
@@ -284,7 +286,7 @@ class Feeds:
             resp = await client.subscribe_to_shard(
                 ConsumerARN=self.arns[key.stream], ShardId=key.shard, StartingPosition=starting_position(position))
         except ClientError as exc:
-            if error_code(exc) in (IN_USE, LIMIT_EXCEEDED):
+            if refused_by_rule(exc):
                 self.refused += 1
             raise
         state.subscribed_at = max(state.subscribed_at, time.time())

@@ -29,7 +29,6 @@ from botocore.exceptions import ClientError
 from tenacity import (
     Retrying,
     retry_if_exception,
-    stop_after_attempt,
     wait_exponential,
 )
 
@@ -37,7 +36,6 @@ from kinesis_source.aws.clients import error_code
 from kinesis_source.aws.kinesis import (
     IN_USE,
     INVALID_ARGUMENT,
-    LIMIT_EXCEEDED,
     NOT_FOUND,
     missing_shard_or_stream,
     readable_error,
@@ -45,9 +43,11 @@ from kinesis_source.aws.kinesis import (
 from kinesis_source.aws.subscribe import (
     CALL_GAP_S,
     IN_USE_GAP_S,
+    Attempts,
     event_ended,
     recoverable,
     starting_position,
+    subscription_wait,
 )
 from kinesis_source.errors import (
     KinesisSourceError,
@@ -66,6 +66,10 @@ log = logging.getLogger(__name__)
 # workers, so a shard's next range (or a resubscription within a range) often runs here, and
 # waits out the 5 s itself instead of being refused.
 _last_subscribed: dict[tuple[str, str], float] = {}
+# When this process last called SubscribeToShard, refused or failed calls too (Kinesis counts
+# them under its one call a second), per (consumer ARN, shard): a retried task, or a range read
+# after a failed one, in this process does not call again within the second.
+_last_called: dict[tuple[str, str], float] = {}
 _last_lock = threading.Lock()
 
 
@@ -77,7 +81,8 @@ class SubscribeRangeReader(RangeReaderBase):
     ends each after 5 minutes) or fails recoverably is renewed after the last record read;
     ``max_attempts`` failures in a row (with exponential waits from ``retry_wait_s`` up to
     ``max_wait_s``; a subscription Kinesis refuses under its per-shard rules is tried again
-    each second) end the read with the error. A subscription of a shard this process made less
+    a second later, and such refusals count apart: ``aws/subscribe.py``'s ``Attempts``) end
+    the read with the error. A subscription of a shard this process made less
     than 5 s before waits the rest of the 5 s instead of being refused. With ``watch_to``, a
     subscription that outlives the range goes on as the shard's tip watch
     (``executor/watch.py``), reporting there.
@@ -110,7 +115,6 @@ class SubscribeRangeReader(RangeReaderBase):
         self.subscriptions = 0
         self.failures = 0  # recoverable errors got past
         self.subscribed_at: float | None = None  # wall clock of the last successful subscription
-        self._called_at = -math.inf  # monotonic: the last SubscribeToShard call, refused or not
 
     def _subscribe(self) -> None:
         rng = self._range
@@ -133,11 +137,10 @@ class SubscribeRangeReader(RangeReaderBase):
         key = (self._consumer_arn, rng.shard_id)
         stop_watch(*key)  # this process's own watch of the shard: the read takes over
         with _last_lock:
-            last = _last_subscribed.get(key, -math.inf)
-        # Kinesis counts every call, refused or failed, under its one-a-second rule.
-        time.sleep(max(0.0, last + self._in_use_gap_s - time.monotonic(),
-                       self._called_at + CALL_GAP_S - time.monotonic()))
-        self._called_at = time.monotonic()
+            last, called = _last_subscribed.get(key, -math.inf), _last_called.get(key, -math.inf)
+        time.sleep(max(0.0, last + self._in_use_gap_s - time.monotonic(), called + CALL_GAP_S - time.monotonic()))
+        with _last_lock:
+            _last_called[key] = time.monotonic()
         try:
             resp = self._client.subscribe_to_shard(
                 ConsumerARN=self._consumer_arn,
@@ -242,14 +245,6 @@ class SubscribeRangeReader(RangeReaderBase):
             return None
         return TipReport(tip.shard, tip.seq, tip.behind_ms, subscribed_at=tip.subscribed_at, watch=WATCH_LIVE)
 
-    def _wait(self, state: Any) -> float:
-        """A call refused by the per-shard subscription rules waits a second (the rate they
-        allow); other failures back off exponentially."""
-        exc = state.outcome.exception()
-        if isinstance(exc, ClientError) and error_code(exc) in (IN_USE, LIMIT_EXCEEDED):
-            return CALL_GAP_S
-        return self._backoff(state)
-
     def _subscribed(self) -> float | None:
         return self.subscribed_at
 
@@ -267,8 +262,8 @@ class SubscribeRangeReader(RangeReaderBase):
         subscription ended normally: the caller asks again, which resubscribes)."""
         retrying = Retrying(
             retry=retry_if_exception(recoverable),
-            stop=stop_after_attempt(self._max_attempts),
-            wait=self._wait,
+            stop=Attempts(self._max_attempts),
+            wait=subscription_wait(self._backoff),
             before_sleep=self._on_retry,
             reraise=True,
         )

@@ -472,6 +472,18 @@ def test_a_subscription_refused_for_the_call_rate_is_not_re_sent_within_the_seco
     assert len(mine) >= 5 and min(gaps) >= 1.0, efo_server.timeline()
 
 
+def test_refusals_under_the_subscription_rules_do_not_spend_a_reads_attempts(
+    efo_server, client, backing_client, filled
+):
+    """A read allowed 2 failures meets another worker's subscription: it is refused for 5 s
+    (about 5 calls, one a second), which is another subscriber being there, not a failure, and
+    the read goes on once the rules allow it."""
+    arn, rng, expected = _subscribed_by_another_worker(efo_server, client, backing_client, filled)
+    reader = Reader(client, arn, rng, max_attempts=2, retry_wait_s=0.05)
+    _assert_reads(_read(reader), rng, backing_client, expected)
+    assert sum(efo_server.refused.values()) >= 4 and reader.subscriptions == 1, efo_server.timeline()
+
+
 def test_a_process_waits_out_its_own_last_subscription_instead_of_being_refused(
     efo_server, client, backing_client, filled
 ):

@@ -29,3 +29,19 @@ def test_a_smaller_base_waits_less():
     fast, slow = RetryRule(3, 1), RetryRule(3, 1000)
     for retry in (1, 2, 3):
         assert fast.delay(retry, True, lambda: 1.0) < slow.delay(retry, True, lambda: 0.0)
+
+
+def test_a_rate_refused_subscription_waits_one_to_two_seconds_at_random():
+    """Two callers of one consumer and shard that each waited exactly a second after a rate
+    refusal would refuse each other's every call: the wait after one is random."""
+    from botocore.exceptions import ClientError
+
+    from kinesis_source.aws.subscribe import CALL_GAP_S, rule_wait
+
+    def refusal(code):
+        return ClientError({"Error": {"Code": code, "Message": ""}}, "SubscribeToShard")
+
+    waits = [rule_wait(refusal("LimitExceededException")) for _ in range(200)]
+    assert all(CALL_GAP_S <= w <= 2 * CALL_GAP_S for w in waits)
+    assert max(waits) - min(waits) > 0.5 * CALL_GAP_S
+    assert rule_wait(refusal("ResourceInUseException")) == CALL_GAP_S
