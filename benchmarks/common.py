@@ -212,7 +212,6 @@ def proc_stats() -> Iterator[ProcStat]:
             yield found
 
 
-
 def machine_cpu() -> tuple[float, float] | None:
     """(busy, total) CPU ticks of the whole machine so far, every core (Linux ``/proc/stat``;
     None elsewhere): two readings give how busy the machine was between them."""

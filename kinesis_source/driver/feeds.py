@@ -120,7 +120,6 @@ class Feed:
     task: asyncio.Task | None = None
     paused: bool = False  # the run is full: waiting for a batch to take records
     resume: asyncio.Event = field(default_factory=asyncio.Event)
-    called_at: float = -math.inf  # monotonic: the last SubscribeToShard call
 
 
 class Feeds:
@@ -269,7 +268,7 @@ class Feeds:
             if feed.paused:
                 await feed.resume.wait()
             wait = max(state.subscribed_at + DRIVER_GAP_S - time.time(),
-                       feed.called_at + CALL_GAP_S - time.monotonic())
+                       state.called_at + CALL_GAP_S - time.monotonic())
             if state.key in self._shards.unreported:
                 wait = max(wait, READ_POLL_S)
             if wait <= 0:
@@ -281,7 +280,7 @@ class Feeds:
         key = state.key
         client = await self._aio()
         position = Position.at(feed.last) if feed.last else feed.origin
-        feed.called_at = time.monotonic()
+        state.called_at = time.monotonic()
         try:
             resp = await client.subscribe_to_shard(
                 ConsumerARN=self.arns[key.stream], ShardId=key.shard, StartingPosition=starting_position(position))

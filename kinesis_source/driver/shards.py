@@ -51,6 +51,9 @@ class ShardState:
     subscribed_at: float = 0.0  # fan-out: the last subscription (wall clock)
     # -- the driver's fan-out subscription of the shard (``driver/feeds.py``) --
     feed: Feed | None = None
+    # its last SubscribeToShard (monotonic; 0: none): a feed that replaces another keeps the
+    # 1 s gap from a call the one it replaced may have sent
+    called_at: float = 0.0
     # -- bytes (``driver/budget.py``) --
     bytes: ShardBytes | None = None
     # -- iterators (``driver/probe.py``) --
